@@ -1,0 +1,140 @@
+"""The IMPALA learner step: V-trace targets, the three losses, one optimizer step.
+
+A batch is a dict of time-major tensors with T+1 rows (see `workers/slots.py`):
+row t holds the observation x_t, the behaviour policy's action, logits and value
+at x_t, and the reward / termination / truncation of the transition that arrived
+at x_t. Row 0 repeats the last row of the previous rollout, so the T transitions
+of a rollout are rows 0..T-1 -> 1..T and V(x_T) bootstraps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents import vtrace
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    gamma: float = 0.99
+    policy_gradient_loss_weight: float = 1.0
+    value_loss_weight: float = 0.5
+    entropy_loss_weight: float = 0.01
+    rho_const: float | None = 1.0  # rho_bar, clips the V-trace targets
+    pg_rho_const: float | None = 1.0  # clips rho in the policy-gradient advantage
+    c_const: float | None = 1.0  # c_bar, clips the trace
+    clip_rewards: bool = True
+    reward_clipping_method: str = "abs_one_sign"
+
+
+def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
+    """Reward clipping of float32 [T, B] rewards.
+
+    abs_one_sign: sign(r); abs_one_clamp: clamp to [-1, 1]; soft_asymmetric:
+    5 tanh(r / 5), negative rewards scaled by 0.3 (IMPALA's scalable_agent).
+    """
+    if method == "abs_one_sign":
+        return torch.sign(rewards)
+    if method == "abs_one_clamp":
+        return torch.clamp(rewards, -1.0, 1.0)
+    if method == "soft_asymmetric":
+        squeezed = torch.tanh(rewards / 5.0)
+        return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
+    raise ValueError(f"unknown reward_clipping_method {method!r}")
+
+
+def transition_targets(
+    batch: dict[str, torch.Tensor], cfg: LossConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards and discounts of the T transitions x_t -> x_{t+1} of a batch.
+
+    A termination cuts the bootstrap (discount 0). A truncation ends the
+    trajectory in the slot too (the next row is a reset observation) but not the
+    task: its reward gains gamma * V_mu(final obs), the actor's estimate of the
+    return that the time limit cut off.
+
+    Args:
+        batch: reward float32, done bool, truncated bool, bootstrap_value float32,
+            each [T+1, B].
+    Returns:
+        rewards float32 [T, B] (clipped if cfg.clip_rewards), discounts float32 [T, B].
+    """
+    rewards = batch["reward"][1:]
+    if cfg.clip_rewards:
+        rewards = clip_rewards(rewards, cfg.reward_clipping_method)
+    truncated = batch["truncated"][1:]
+    rewards = rewards + cfg.gamma * truncated.float() * batch["bootstrap_value"][1:]
+    discounts = (~(batch["done"][1:] | truncated)).float() * cfg.gamma
+    return rewards, discounts
+
+
+def impala_loss(
+    model: nn.Module, batch: dict[str, torch.Tensor], cfg: LossConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The IMPALA loss of one batch.
+
+    Args:
+        model: maps obs [N, *obs_shape] to (logits [N, A], value [N]).
+        batch: obs [T+1, B, ...]; action int64, reward float32, done bool,
+            truncated bool, bootstrap_value float32, value float32: [T+1, B];
+            logits float32 [T+1, B, A].
+        cfg: loss weights, discount and clipping.
+    Returns:
+        (scalar loss with gradient, dict of float statistics).
+    """
+    obs = batch["obs"]
+    t1, b = obs.shape[:2]
+    logits, values = model(obs.reshape(t1 * b, *obs.shape[2:]))
+    logits = logits.view(t1, b, -1)
+    values = values.view(t1, b)
+
+    rewards, discounts = transition_targets(batch, cfg)
+    vt = vtrace.from_logits(
+        behaviour_policy_logits=batch["logits"][:-1],
+        target_policy_logits=logits[:-1],
+        actions=batch["action"][:-1],
+        discounts=discounts,
+        rewards=rewards,
+        values=values[:-1],
+        bootstrap_value=values[-1],
+        clip_rho_threshold=cfg.rho_const,
+        clip_pg_rho_threshold=cfg.pg_rho_const,
+        clip_c_threshold=cfg.c_const,
+    )
+    pg_loss = -(vt.target_action_log_probs * vt.pg_advantages).mean()
+    value_loss = 0.5 * (vt.vs - values[:-1]).pow(2).mean()
+    log_probs = F.log_softmax(logits[:-1], dim=-1)
+    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    loss = (
+        cfg.policy_gradient_loss_weight * pg_loss
+        + cfg.value_loss_weight * value_loss
+        - cfg.entropy_loss_weight * entropy
+    )
+    stats = {
+        "policy_loss": pg_loss.item(),
+        "value_loss": value_loss.item(),
+        "entropy": entropy.item(),
+        "mean_rho": vt.log_rhos.exp().mean().item(),
+    }
+    return loss, stats
+
+
+def build_optimizer(
+    params, name: str, lr: float, rmsprop_eps: float, rmsprop_alpha: float = 0.99
+) -> torch.optim.Optimizer:
+    """RMSProp (IMPALA's choice) or Adam."""
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, alpha=rmsprop_alpha, eps=rmsprop_eps)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    raise ValueError(f"unknown optimizer {name!r}")
+
+
+def polynomial_lr(lr: float, lr_end: float, progress: float, power: float = 1.0) -> float:
+    """Polynomial decay from `lr` to `lr_end` as progress goes from 0 to 1."""
+    progress = min(max(progress, 0.0), 1.0)
+    return (lr - lr_end) * (1.0 - progress) ** power + lr_end

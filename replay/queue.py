@@ -1,0 +1,49 @@
+"""The queue replay: every rollout is learned from exactly once, oldest first.
+
+It holds slot indices, not data: a rollout stays in its shared-memory slot until
+it is sampled, then its slot is copied into the batch and given back.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+
+
+class QueueReplay:
+    """FIFO of slot indices. `capacity` is not a bound: the slot pool is."""
+
+    def __init__(self, pool, capacity: int = 1):
+        self.pool = pool
+        self.capacity = capacity
+        self._indices: collections.deque[int] = collections.deque()
+
+    def add(self, index: int) -> bool:
+        """Take ownership of slot `index`; True: the slot is kept (released on sample)."""
+        self._indices.append(index)
+        return True
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def ready(self, n: int) -> bool:
+        return len(self._indices) >= n
+
+    def sample(self, n: int) -> dict[str, torch.Tensor]:
+        """The `n` oldest rollouts as a batch `[T+1, n, ...]`; their slots are freed."""
+        taken = [self._indices.popleft() for _ in range(n)]
+        batch = self.pool.gather(torch.tensor(taken, dtype=torch.int64))
+        self.pool.release(taken)
+        return batch
+
+    def release_all(self) -> None:
+        """Give every held slot back (shutdown)."""
+        self.pool.release(self._indices)
+        self._indices.clear()
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        del state

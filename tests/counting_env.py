@@ -1,0 +1,56 @@
+"""A counting environment for testing rollouts (importable by spawned actors as
+`tests.counting_env:Counting-v0`).
+
+Observation float32 [4]: (env marker, global step counter, episode index, step in
+episode). The reward of a step is 1000 * episode + step number it arrives at, so
+every transition is identifiable. Episode k lasts 3 + (k * 7) % 11 steps; every
+third episode is truncated (time limit) instead of terminated.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+
+def episode_length(k: int) -> int:
+    return 3 + (k * 7) % 11
+
+
+def is_truncated_episode(k: int) -> bool:
+    return k % 3 == 2
+
+
+class CountingEnv(gym.Env):
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(4,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(3)
+        self.marker = 0.0
+        self.counter = 0
+        self.episode = -1
+        self.step_in_episode = 0
+
+    def _obs(self):
+        return np.array([self.marker, self.counter, self.episode, self.step_in_episode],
+                        dtype=np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.marker = float(seed)
+        self.episode += 1
+        self.step_in_episode = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.counter += 1
+        self.step_in_episode += 1
+        reward = 1000.0 * self.episode + self.step_in_episode
+        end = self.step_in_episode >= episode_length(self.episode)
+        truncated = end and is_truncated_episode(self.episode)
+        terminated = end and not truncated
+        return self._obs(), reward, terminated, truncated, {}
+
+
+if "Counting-v0" not in gym.envs.registry:
+    gym.register(id="Counting-v0", entry_point="tests.counting_env:CountingEnv")

@@ -1,0 +1,96 @@
+"""The real entry point: bad flags exit 2 and write nothing; a Pong smoke run
+leaves every file of the run directory; test mode plays a saved agent."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+
+import pytest
+import torch
+
+from tests.conftest import run_main
+
+RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.log",
+             "checkpoint.pt"]
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [
+        (["--env=NoSuchGame-v9"], "--env"),
+        (["--env=ALE/NoSuchGame-v5"], "--env"),
+        (["--replay_parameters=[{\"type\": \"queue\""], "--replay_parameters"),
+        (['--replay_parameters=[{"type": "queue", "capacity": 1, "sample_ratio": 0.9}]'],
+         "--replay_parameters"),
+        (['--replay_parameters=[{"type": "standard", "capacity": 9, "sample_ratio": 1}]'],
+         "--replay_parameters"),
+        (["--batch_size=-4"], "--batch_size"),
+        (["--batch_size=abc"], "batch_size"),
+        (["--op_mode=test"], "--load_model_url"),
+        (["--op_mode=train_w_load", "--load_model_url=/no/such/run"], "--load_model_url"),
+        (["--no_such_flag=1"], "no_such_flag"),
+    ],
+)
+def test_bad_flags_exit_2_and_write_nothing(results, args, flag):
+    proc = run_main("--env=CartPole-v1", *args, f"--results_dir={results}", timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert flag in proc.stderr
+    assert not os.path.exists(results)
+
+
+def test_every_error_is_reported_at_once(results):
+    proc = run_main("--env=Nope-v0", "--batch_size=0", "--gamma=2", f"--results_dir={results}",
+                    timeout=60)
+    assert proc.returncode == 2
+    for flag in ("--env", "--batch_size", "--gamma"):
+        assert flag in proc.stderr
+
+
+def _only_run_dir(results: str) -> str:
+    runs = glob.glob(os.path.join(results, "*"))
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_pong_smoke_run_leaves_every_file(results):
+    proc = run_main("--env=PongNoFrameskip-v4", "--environment_max_steps=1200",
+                    "--worker_count=1", "--envs_per_worker=2", "--batch_size=4",
+                    "--r_f_steps=10", "--status_interval=1", f"--results_dir={results}",
+                    timeout=300)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    run = _only_run_dir(results)
+    assert os.path.basename(run).startswith("PongNoFrameskip-v4_")
+    for name in RUN_FILES:
+        assert os.path.isfile(os.path.join(run, name)), name
+    assert run in proc.stdout and "fps" in proc.stdout
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["env_steps"] >= 1200
+    assert summary["frames"] == 4 * summary["env_steps"]
+    rows = list(csv.DictReader(open(os.path.join(run, "learner.csv"))))
+    assert len(rows) == summary["updates"] >= 1
+    assert int(rows[-1]["frames"]) == 4 * int(rows[-1]["env_steps"])
+    header = open(os.path.join(run, "episodes.csv")).readline().strip()
+    assert header == "env_steps,frames,episode_return,episode_length,wall_time"
+    ckpt = torch.load(os.path.join(run, "checkpoint.pt"), weights_only=False)
+    assert ckpt["counters"]["updates"] == summary["updates"]
+    assert json.load(open(os.path.join(run, "flags.json")))["env"] == "PongNoFrameskip-v4"
+
+
+def test_test_mode_plays_a_saved_agent(results):
+    train = run_main("--env=CartPole-v1", "--environment_max_steps=3000", "--worker_count=1",
+                     f"--results_dir={results}", timeout=120)
+    assert train.returncode == 0, train.stderr
+    run = _only_run_dir(results)
+    test_results = results + "_test"
+    proc = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=5",
+                    f"--results_dir={test_results}", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    test_run = _only_run_dir(test_results)
+    summary = json.load(open(os.path.join(test_run, "test_summary.json")))
+    assert summary["episodes"] == 5
+    rows = list(csv.DictReader(open(os.path.join(test_run, "test_episodes.csv"))))
+    assert len(rows) == 5
+    assert summary["mean"] == pytest.approx(sum(float(r["episode_return"]) for r in rows) / 5)

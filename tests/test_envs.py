@@ -1,0 +1,78 @@
+"""The env factory: Atari life loss vs game over, unclipped scores, the short corridor."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from wrappers.envs import EnvOptions, check_env_id, env_info, make_batched_env
+from wrappers.short_corridor import ShortCorridorEnv
+
+
+def test_atari_life_loss_ends_trajectory_game_over_ends_episode():
+    env = make_batched_env("ALE/SpaceInvaders-v5", 2, EnvOptions(episodic_life=True), seed=3)
+    obs = env.reset()
+    assert obs.shape == (2, 4, 84, 84) and obs.dtype == np.uint8
+    rng = np.random.default_rng(0)
+    start_lives = int(env.lives[0])
+    terminations, total, steps = 0, 0.0, 0
+    rewards_seen = set()
+    while True:
+        step = env.step(rng.integers(0, env.num_actions, size=2))
+        steps += 1
+        total += float(step.reward[0])
+        rewards_seen.update(step.reward[0:1].tolist())
+        terminations += int(step.terminated[0])
+        finished = [e for e in step.episodes if e[0] == 0]
+        if finished:
+            break
+        assert steps < 20_000
+    env.close()
+    assert start_lives == 3
+    # one termination per life; only the last one is a game over
+    assert terminations == start_lives
+    (_, ret, length), = finished
+    assert ret == total and length == steps
+    assert max(rewards_seen) > 1.0, "scores must be unclipped"
+
+
+def test_atari_without_episodic_life_terminates_only_at_game_over():
+    env = make_batched_env("ALE/SpaceInvaders-v5", 1, EnvOptions(episodic_life=False), seed=1)
+    env.reset()
+    rng = np.random.default_rng(1)
+    while True:
+        step = env.step(rng.integers(0, env.num_actions, size=1))
+        if step.terminated[0]:
+            assert step.episodes, "a termination without episodic life is a game over"
+            break
+    env.close()
+
+
+def test_env_info_comes_from_the_env():
+    pong = env_info("PongNoFrameskip-v4", EnvOptions(frames_stacked=2))
+    assert pong.obs_shape == (2, 84, 84) and pong.num_actions == 6 and pong.frames_per_step == 4
+    acro = env_info("Acrobot-v1", EnvOptions())
+    assert acro.obs_shape == (6,) and acro.num_actions == 3 and acro.frames_per_step == 1
+
+
+def test_env_id_checks():
+    assert check_env_id("ALE/Breakout-v5") is None
+    assert check_env_id("BreakoutNoFrameskip-v4") is None
+    assert "unknown env" in check_env_id("Breakout-v99")
+    assert "discrete action space" in check_env_id("Pendulum-v1")
+
+
+def test_short_corridor_dynamics():
+    env = ShortCorridorEnv()
+    env.reset()
+    # left at S stays at S; right goes to the reversed state; right there goes back
+    assert env.step(0)[1:3] == (-1.0, False) and env._state == 0
+    env.step(1)
+    assert env._state == 1
+    env.step(1)
+    assert env._state == 0
+    env.step(1)
+    env.step(0)  # reversed: left moves right
+    assert env._state == 2
+    obs, reward, terminated, truncated, _ = env.step(1)
+    assert (reward, terminated, truncated) == (-1.0, True, False)
+    assert obs.tolist() == [1.0]

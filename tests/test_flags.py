@@ -1,0 +1,43 @@
+"""Flag parsing and the Config: booleans, auto defaults by observation kind."""
+
+from __future__ import annotations
+
+import pytest
+from absl import flags
+
+import option_flags
+
+
+def parse(*args):
+    """Parse a command line into the global flags (as main.py does) and make a Config."""
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["main.py", *args])
+    return option_flags.make_config(option_flags.flag_values())
+
+
+@pytest.mark.parametrize("text, value", [("false", False), ("0", False), ("no", False),
+                                         ("No", False), ("true", True), ("1", True),
+                                         ("yes", True)])
+def test_boolean_flags(text, value):
+    cfg, errors = parse("--env=CartPole-v1", f"--clip_rewards={text}", f"--episodic_life={text}")
+    assert not errors
+    assert cfg.clip_rewards is value and cfg.episodic_life is value
+
+
+def test_auto_defaults_follow_the_observation_kind():
+    pixels, _ = parse("--env=PongNoFrameskip-v4")
+    vector, _ = parse("--env=CartPole-v1")
+    assert (pixels.optimizer, pixels.clip_rewards, pixels.hidden_size) == ("rmsprop", True, 512)
+    assert (vector.optimizer, vector.clip_rewards, vector.hidden_size) == ("adam", False, 64)
+    assert pixels.worker_count >= 1
+
+
+def test_explicit_flag_wins_over_auto():
+    cfg, _ = parse("--env=CartPole-v1", "--optimizer=rmsprop", "--lr=0.5", "--clip_rewards=1")
+    assert (cfg.optimizer, cfg.lr, cfg.clip_rewards) == ("rmsprop", 0.5, True)
+
+
+def test_config_is_frozen():
+    cfg, _ = parse("--env=CartPole-v1")
+    with pytest.raises(AttributeError):
+        cfg.lr = 1.0

@@ -1,0 +1,72 @@
+"""Learning against known optima, through the real entry point in a subprocess.
+
+* Short corridor (Sutton & Barto, Example 13.1): with gamma = 1 and no entropy
+  bonus the learned p(right) must be within 0.03 of 2 - sqrt(2) ~= 0.586.
+* CartPole-v1 with nothing but `--env` and `--environment_max_steps=500000`: the
+  defaults for vector observations must reach a mean return of 475 over 20
+  consecutive training episodes within the budget.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import math
+import os
+
+import torch
+
+from agents.networks import build_model
+from tests.conftest import run_main
+
+OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
+
+
+def _run_dir(results: str) -> str:
+    (run,) = glob.glob(os.path.join(results, "*"))
+    return run
+
+
+def test_short_corridor_reaches_optimal_stochastic_policy(results):
+    proc = run_main("--env=ShortCorridor-v0", "--gamma=1", "--entropy_loss_weight=0",
+                    "--environment_max_steps=200000", f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    ckpt = torch.load(os.path.join(_run_dir(results), "checkpoint.pt"), weights_only=False)
+    model = build_model((1,), 2, ckpt["config"]["hidden_size"])
+    model.load_state_dict(ckpt["model"])
+    with torch.no_grad():
+        logits, _ = model(torch.ones(1, 1))
+    p_right = torch.softmax(logits, -1)[0, 1].item()
+    print(f"short corridor p(right) = {p_right:.4f}")
+    assert abs(p_right - OPTIMAL_P_RIGHT) < 0.03, p_right
+
+
+def first_solved(episodes_csv: str, window: int = 20, target: float = 475.0):
+    """(env_steps, wall_time) of the first episode closing a window with mean >= target."""
+    rows = list(csv.DictReader(open(episodes_csv)))
+    returns = [float(r["episode_return"]) for r in rows]
+    for i in range(window, len(returns) + 1):
+        if sum(returns[i - window:i]) / window >= target:
+            return int(rows[i - 1]["env_steps"]), float(rows[i - 1]["wall_time"])
+    return None
+
+
+def test_first_solved_needs_a_full_window(tmp_path):
+    path = tmp_path / "episodes.csv"
+    rows = ["env_steps,frames,episode_return,episode_length,wall_time"]
+    returns = [400.0] * 20 + [500.0] * 20
+    rows += [f"{100 * (i + 1)},{100 * (i + 1)},{r},{int(r)},{i}.0" for i, r in enumerate(returns)]
+    path.write_text("\n".join(rows) + "\n")
+    # a window of 20 reaches 475 once at most five 400s are left in it
+    assert first_solved(str(path)) == (3500, 34.0)
+    assert first_solved(str(path), window=5) == (2400, 23.0)
+    assert first_solved(str(path), target=501) is None
+
+
+def test_cartpole_defaults_reach_475(results):
+    proc = run_main("--env=CartPole-v1", "--environment_max_steps=500000",
+                    f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
+    print(f"CartPole-v1 mean(20) >= 475 at (env steps, seconds) = {solved}")
+    assert solved is not None and solved[0] <= 500_000

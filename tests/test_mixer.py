@@ -1,0 +1,61 @@
+"""Batch composition and the queue replay."""
+
+from __future__ import annotations
+
+import torch.multiprocessing as mp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replay.config import parse_replay_parameters
+from replay.mixer import BatchMixer, batch_shares
+from replay.queue import QueueReplay
+from workers.slots import SlotPool, rollout_spec
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 512), st.lists(st.integers(1, 1000), min_size=1, max_size=6))
+def test_shares_are_exact_and_near_the_ratios(batch_size, weights):
+    ratios = [w / sum(weights) for w in weights]
+    shares = batch_shares(batch_size, ratios)
+    assert sum(shares) == batch_size
+    for n, r in zip(shares, ratios, strict=True):
+        assert abs(n - batch_size * r) < 1.0
+
+
+def test_largest_remainder_examples():
+    assert batch_shares(10, [0.7, 0.2, 0.1]) == [7, 2, 1]
+    assert batch_shares(32, [0.5, 0.5]) == [16, 16]
+    assert batch_shares(3, [0.5, 0.5]) == [2, 1]
+
+
+def test_replay_parameters_errors_name_entry_and_key():
+    _, errors = parse_replay_parameters('[{"type": "queue", "sample_ratio": 1, "foo": 2}]', 8)
+    assert errors == ["entry 0: unknown key 'foo' for type 'queue'"]
+    _, errors = parse_replay_parameters('[{"type": "queue", "capacity": 0, "sample_ratio": 1}]', 8)
+    assert "entry 0: 'capacity'" in errors[0]
+    _, errors = parse_replay_parameters('{"type": "queue"}', 8)
+    assert "non-empty JSON list" in errors[0]
+    _, errors = parse_replay_parameters(
+        '[{"type": "queue", "sample_ratio": 0.5}, {"type": "queue", "sample_ratio": 0.5}]', 8)
+    assert any("at most one 'queue'" in e for e in errors)
+
+
+def test_queue_replay_is_fifo_and_frees_each_slot_once():
+    ctx = mp.get_context("spawn")
+    pool = SlotPool(rollout_spec(2, (3,), "float32", 2), num_slots=6, ctx=ctx)
+    taken = [pool.free.get(timeout=5) for _ in range(6)]
+    for i in taken:
+        pool.buffers["reward"][:, i] = float(i)
+    mixer = BatchMixer(pool, [QueueReplay(pool)], [1.0], batch_size=2)
+    for i in taken[:3]:
+        mixer.add(i)
+    assert mixer.ready()
+    batch = mixer.sample()
+    assert batch["reward"].shape == (3, 2)
+    assert batch["reward"][0].tolist() == [float(taken[0]), float(taken[1])]
+    assert not mixer.ready()
+    freed = sorted(pool.free.get(timeout=5) for _ in range(2))
+    assert freed == sorted(taken[:2])
+    assert pool.free.empty()
+    mixer.release_all()
+    assert pool.free.get(timeout=5) == taken[2]

@@ -1,0 +1,118 @@
+"""Rollouts written by real actor processes, checked against a counting env.
+
+Checks that across many rollouts no step is lost or repeated, that row 0 repeats
+the previous rollout's last row, that terminations cut bootstrapping and
+truncations do not, and that the stored behaviour logits and values are the
+policy's outputs at the observation of the same row.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import torch
+
+from agents.impala import LossConfig, transition_targets
+from tests.actor_harness import actors
+from tests.counting_env import episode_length, is_truncated_episode
+
+UNROLL = 5
+
+
+def collect(min_per_env: int, workers: int, envs: int):
+    """Per env marker, the list of rollouts (dicts of [T+1, ...] tensors) in order,
+    at least `min_per_env` for each of the workers x envs envs."""
+    by_env = collections.defaultdict(list)
+    with actors(unroll=UNROLL, workers=workers, envs=envs) as (pool, model, _weights, _events):
+        while len(by_env) < workers * envs or min(map(len, by_env.values())) < min_per_env:
+            indices = pool.full.get(timeout=30)
+            batch = pool.gather(torch.tensor(indices))
+            pool.release(indices)
+            for j in range(len(indices)):
+                rollout = {k: v[:, j] for k, v in batch.items()}
+                by_env[float(rollout["obs"][0, 0])].append(rollout)
+    return by_env, model
+
+
+def test_rollouts_are_contiguous_and_consistent():
+    by_env, model = collect(20, workers=2, envs=3)
+    assert len(by_env) == 6, "each of the 2 x 3 envs must have its own marker"
+    for marker, rollouts in by_env.items():
+        counters = []
+        for k, r in enumerate(rollouts):
+            if k > 0:  # row 0 repeats the previous rollout's last row, every field
+                prev = rollouts[k - 1]
+                for name in r:
+                    assert torch.equal(r[name][0], prev[name][-1]), (marker, k, name)
+            counters.extend(r["obs"][1:, 1].tolist() if k > 0 else r["obs"][:, 1].tolist())
+        # global step counter: no step lost, none repeated
+        assert counters == list(range(len(counters))), marker
+
+        # the behaviour outputs belong to the observation of their own row
+        for r in rollouts:
+            with torch.no_grad():
+                logits, value = model(r["obs"])
+            torch.testing.assert_close(r["logits"], logits)
+            torch.testing.assert_close(r["value"], value)
+
+
+def test_episode_ends_cut_or_keep_bootstrapping():
+    by_env, model = collect(30, workers=1, envs=2)
+    gamma = 0.9
+    cfg = LossConfig(gamma=gamma, clip_rewards=False)
+    seen_term = seen_trunc = 0
+    for rollouts in by_env.values():
+        for r in rollouts:
+            batch = {k: v.unsqueeze(1) for k, v in r.items()}
+            rewards, discounts = transition_targets(batch, cfg)
+            obs = r["obs"]
+            for t in range(UNROLL):
+                ep, step = int(obs[t, 2]), int(obs[t, 3])
+                arrived_reward = 1000.0 * ep + step + 1
+                end = step + 1 == episode_length(ep)
+                if not end:
+                    assert not r["done"][t + 1] and not r["truncated"][t + 1]
+                    assert discounts[t, 0] == gamma
+                    assert rewards[t, 0] == arrived_reward
+                    assert obs[t + 1, 3] == step + 1
+                    continue
+                # the episode ended on this transition: x_{t+1} is the next reset obs
+                assert obs[t + 1, 2] == ep + 1 and obs[t + 1, 3] == 0
+                assert r["reward"][t + 1] == arrived_reward
+                if is_truncated_episode(ep):
+                    seen_trunc += 1
+                    assert r["truncated"][t + 1] and not r["done"][t + 1]
+                    final = torch.tensor([[obs[t, 0], obs[t, 1] + 1, ep, step + 1]])
+                    with torch.no_grad():
+                        v_final = model(final)[1][0]
+                    torch.testing.assert_close(r["bootstrap_value"][t + 1], v_final)
+                    assert discounts[t, 0] == 0.0
+                    torch.testing.assert_close(rewards[t, 0], arrived_reward + gamma * v_final)
+                else:
+                    seen_term += 1
+                    assert r["done"][t + 1] and not r["truncated"][t + 1]
+                    assert discounts[t, 0] == 0.0 and rewards[t, 0] == arrived_reward
+    assert seen_term >= 5 and seen_trunc >= 3
+
+
+def test_episode_statistics_are_reported():
+    with actors(unroll=UNROLL, workers=1, envs=2) as (pool, _model, _weights, events):
+        episodes = []
+        while len(episodes) < 6:
+            try:
+                indices = pool.full.get(timeout=0.2)
+                pool.release(indices)
+            except Exception:  # noqa: BLE001 - queue.Empty
+                pass
+            while not events.empty():
+                kind, _actor, payload = events.get()
+                assert kind == "episodes"
+                episodes.extend(payload)
+    # each env plays episodes 0, 1, 2, ... in order; returns are the sums of rewards
+    expected = {}
+    for k in range(10):
+        n = episode_length(k)
+        expected[k] = (sum(1000.0 * k + i for i in range(1, n + 1)), n)
+    for ret, length in episodes:
+        k = next(k for k, (r, n) in expected.items() if r == ret)
+        assert length == expected[k][1]

@@ -1,0 +1,78 @@
+"""A fixed pool of rollout slots in shared memory, and the index queues.
+
+Everything is allocated once, at start-up, from one spec dict. Each buffer is
+time-major with the slot as the batch dimension, `[T+1, num_slots, ...]`, so a
+batch is one `index_select` along dim 1. Only slot indices travel through the
+queues: an actor takes indices from `free`, writes T+1 rows and puts them on
+`full`; the learner side takes them from `full` and returns them to `free` once
+it has copied what it keeps. A slot is written only by the actor that took it
+from `free`, so no slot changes while the learner holds it.
+
+Row convention (the same for every field): row t describes observation x_t.
+    obs             [T+1, S, *obs_shape] uint8 (pixels) / float32   x_t
+    action          [T+1, S] int64     a_t ~ mu(.|x_t), taken at x_t
+    logits          [T+1, S, A] float32 behaviour logits at x_t
+    value           [T+1, S] float32   behaviour critic V_mu(x_t)
+    reward          [T+1, S] float32   unclipped reward of the transition into x_t
+    done            [T+1, S] bool      that transition terminated: x_t starts a new
+                                       trajectory (a reset obs, or the obs after a
+                                       lost life with episodic_life)
+    truncated       [T+1, S] bool      that transition was cut by a time limit
+    bootstrap_value [T+1, S] float32   V_mu(final obs) where truncated, else 0
+    version         [T+1, S] int64     policy version that chose a_t
+Row 0 repeats row T of the same env's previous rollout.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
+
+
+def rollout_spec(
+    unroll_length: int, obs_shape: tuple[int, ...], obs_dtype: str, num_actions: int
+) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Per-slot shape (time-major, T+1 rows) and dtype of every field."""
+    t1 = unroll_length + 1
+    return {
+        "obs": ((t1, *obs_shape), _DTYPES[obs_dtype]),
+        "action": ((t1,), torch.int64),
+        "logits": ((t1, num_actions), torch.float32),
+        "value": ((t1,), torch.float32),
+        "reward": ((t1,), torch.float32),
+        "done": ((t1,), torch.bool),
+        "truncated": ((t1,), torch.bool),
+        "bootstrap_value": ((t1,), torch.float32),
+        "version": ((t1,), torch.int64),
+    }
+
+
+class SlotPool:
+    """Shared buffers `[T+1, num_slots, ...]` plus free/full queues of indices.
+
+    Picklable to spawned children (tensors travel as shared-memory handles).
+    """
+
+    def __init__(self, spec, num_slots: int, ctx):
+        self.num_slots = num_slots
+        self.buffers = {
+            name: torch.zeros((shape[0], num_slots, *shape[1:]), dtype=dtype).share_memory_()
+            for name, (shape, dtype) in spec.items()
+        }
+        self.free = ctx.Queue()
+        self.full = ctx.Queue()
+        for i in range(num_slots):
+            self.free.put(i)
+
+    def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Copy of the rollouts in `indices` (int64 [B]) as a batch `[T+1, B, ...]`."""
+        return {name: buf.index_select(1, indices) for name, buf in self.buffers.items()}
+
+    def release(self, indices) -> None:
+        """Give slots back to the actors."""
+        for i in indices:
+            self.free.put(int(i))
+
+    def bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers.values())

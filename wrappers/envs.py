@@ -1,0 +1,258 @@
+"""One factory from an env id to a batched env with a single API for the actors.
+
+    env = make_batched_env(env_id, num_envs, options, seed)
+    obs = env.reset()                     # [E, *obs_shape]
+    step = env.step(actions)              # actions int64 [E]
+
+Kinds of env id:
+  * Atari, `PongNoFrameskip-v4` or `ALE/Pong-v5`: ale-py's native `AtariVectorEnv`
+    (grayscale 84x84, frame stack, frameskip with max-pooling, noop starts,
+    sticky actions). Observations uint8 [E, stack, 84, 84].
+  * any gymnasium env with a discrete action space and a vector observation
+    (CartPole-v1, Acrobot-v1, ShortCorridor-v0, ...): gymnasium's sync vector env.
+    Observations float32 [E, D].
+
+Both autoreset in the same step (SAME_STEP): after a step that ends an episode
+the observation returned is already the first one of the next episode, and the
+last one is kept in `StepResult.final_obs` when it is needed (truncation).
+
+Episode statistics are the unclipped game score and the number of env steps over
+the whole game: with `episodic_life` a life loss ends the *trajectory*
+(`terminated`), but the game goes on and the episode is reported at game over.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import re
+
+import gymnasium as gym
+import numpy as np
+
+from wrappers import short_corridor
+
+short_corridor.register()
+
+_ATARI_V4 = re.compile(r"^([A-Za-z0-9]+)NoFrameskip-v4$")
+_ATARI_V5 = re.compile(r"^ALE/([A-Za-z0-9]+)-v5$")
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvOptions:
+    """Preprocessing options (ignored by non-Atari envs except where noted)."""
+
+    skipped_frames: int = 4
+    frames_stacked: int = 4
+    noop_threshold: int = 30
+    episodic_life: bool = True
+    repeat_action_probability: float | None = None  # None: 0.25 for ALE/...-v5, else 0
+    max_episode_frames: int = 108_000
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvInfo:
+    obs_shape: tuple[int, ...]
+    obs_dtype: str  # "uint8" or "float32"
+    num_actions: int
+    is_atari: bool
+    frames_per_step: int  # emulator frames per env step (1 for non-Atari)
+
+
+@dataclasses.dataclass
+class StepResult:
+    """One batched step. Arrays have a leading env dimension E.
+
+    obs: [E, *obs_shape], the observation to act on next (reset one after an end).
+    reward: float32 [E], unclipped.
+    terminated: bool [E], the trajectory ended (life loss or game over).
+    truncated: bool [E], cut by a time limit; bootstrapping goes on through final_obs.
+    final_obs: [E, *obs_shape] or None; rows valid where truncated.
+    episodes: (env index, game return, game length in env steps) of finished games.
+    """
+
+    obs: np.ndarray
+    reward: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    final_obs: np.ndarray | None
+    episodes: list[tuple[int, float, int]]
+
+
+def _camel_to_snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def atari_game(env_id: str) -> str | None:
+    """The ale-py ROM id for an Atari env id, or None if `env_id` is not Atari."""
+    m = _ATARI_V4.match(env_id) or _ATARI_V5.match(env_id)
+    if not m:
+        return None
+    from ale_py import roms
+
+    game = _camel_to_snake(m.group(1))
+    return game if game in roms.get_all_rom_ids() else None
+
+
+def check_env_id(env_id: str) -> str | None:
+    """None if `env_id` can be built, else a message saying why not."""
+    try:
+        env_id = _import_prefix(env_id)
+    except ImportError as e:
+        return f"cannot import the module of {env_id!r}: {e}"
+    if atari_game(env_id) is not None:
+        return None
+    if _ATARI_V4.match(env_id) or _ATARI_V5.match(env_id):
+        return f"no Atari ROM for {env_id!r} in ale-py"
+    if env_id not in gym.envs.registry:
+        return (
+            f"unknown env {env_id!r}: use an Atari id (PongNoFrameskip-v4, ALE/Pong-v5) "
+            "or a registered gymnasium id (CartPole-v1, ShortCorridor-v0)"
+        )
+    try:
+        env = gym.make(env_id)
+    except Exception as e:  # noqa: BLE001 - report any construction failure
+        return f"{env_id!r} could not be created: {e}"
+    ok = isinstance(env.action_space, gym.spaces.Discrete) and (
+        isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1
+    )
+    env.close()
+    if not ok:
+        return f"{env_id!r} needs a discrete action space and a vector observation"
+    return None
+
+
+class _EpisodeTracker:
+    """Running unclipped return and length per env; reports finished games."""
+
+    def __init__(self, num_envs: int):
+        self.returns = np.zeros(num_envs, dtype=np.float64)
+        self.lengths = np.zeros(num_envs, dtype=np.int64)
+
+    def update(self, reward: np.ndarray, game_over: np.ndarray) -> list[tuple[int, float, int]]:
+        self.returns += reward
+        self.lengths += 1
+        done = []
+        for i in np.flatnonzero(game_over):
+            done.append((int(i), float(self.returns[i]), int(self.lengths[i])))
+            self.returns[i] = 0.0
+            self.lengths[i] = 0
+        return done
+
+
+class AtariBatchedEnv:
+    def __init__(self, game: str, num_envs: int, options: EnvOptions, seed: int, sticky: float):
+        from ale_py.vector_env import AtariVectorEnv
+
+        self.episodic_life = options.episodic_life
+        self.env = AtariVectorEnv(
+            game,
+            num_envs,
+            num_threads=1,
+            frameskip=options.skipped_frames,
+            stack_num=options.frames_stacked,
+            noop_max=options.noop_threshold,
+            repeat_action_probability=sticky,
+            max_num_frames_per_episode=options.max_episode_frames,
+            life_loss_info=options.episodic_life,
+            episodic_life=False,
+            reward_clipping=False,
+            autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+        )
+        self.num_envs = num_envs
+        self.num_actions = int(self.env.single_action_space.n)
+        self.seed = seed
+        self.tracker = _EpisodeTracker(num_envs)
+        self.lives = np.zeros(num_envs, dtype=np.int64)
+
+    def reset(self) -> np.ndarray:
+        obs, info = self.env.reset(seed=self.seed)
+        self.lives = info["lives"].astype(np.int64)
+        return obs
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        obs, reward, terminated, truncated, info = self.env.step(actions.astype(np.int32))
+        lives = info["lives"].astype(np.int64)
+        reward = reward.astype(np.float32)
+        # With life_loss_info a life loss raises `terminated` without a reset; a game
+        # over resets in the same step, so the lives seen do not go down.
+        life_lost = terminated & (lives < self.lives)
+        if not self.episodic_life:
+            life_lost[:] = False
+        game_over = (terminated & ~life_lost) | truncated
+        self.lives = lives
+        final_obs = info["final_obs"] if truncated.any() else None
+        episodes = self.tracker.update(reward, game_over)
+        return StepResult(obs, reward, terminated, truncated, final_obs, episodes)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class GymBatchedEnv:
+    def __init__(self, env_id: str, num_envs: int, seed: int):
+        self.env = gym.make_vec(
+            env_id,
+            num_envs=num_envs,
+            vectorization_mode="sync",
+            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+        )
+        self.num_envs = num_envs
+        self.num_actions = int(self.env.single_action_space.n)
+        self.seed = seed
+        self.tracker = _EpisodeTracker(num_envs)
+
+    def reset(self) -> np.ndarray:
+        obs, _ = self.env.reset(seed=self.seed)
+        return obs.astype(np.float32)
+
+    def step(self, actions: np.ndarray) -> StepResult:
+        obs, reward, terminated, truncated, info = self.env.step(actions)
+        reward = reward.astype(np.float32)
+        final_obs = None
+        if truncated.any():
+            final_obs = np.stack(
+                [np.asarray(o, dtype=np.float32) if o is not None else np.zeros_like(obs[0])
+                 for o in info["final_obs"]]
+            )
+        episodes = self.tracker.update(reward, terminated | truncated)
+        obs = obs.astype(np.float32)
+        return StepResult(obs, reward, terminated, truncated, final_obs, episodes)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _import_prefix(env_id: str) -> str:
+    """gymnasium's `module:EnvId` form: import the module (it registers the env)."""
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        importlib.import_module(module)
+    return env_id
+
+
+def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int):
+    """An `AtariBatchedEnv` or `GymBatchedEnv` of `num_envs` copies of `env_id`."""
+    env_id = _import_prefix(env_id)
+    game = atari_game(env_id)
+    if game is not None:
+        sticky = options.repeat_action_probability
+        if sticky is None:
+            sticky = 0.25 if env_id.startswith("ALE/") else 0.0
+        return AtariBatchedEnv(game, num_envs, options, seed, sticky)
+    return GymBatchedEnv(env_id, num_envs, seed)
+
+
+def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
+    """Observation shape and dtype, action count and frames per step, from the env."""
+    env = make_batched_env(env_id, 1, options, seed=0)
+    obs = env.reset()
+    info = EnvInfo(
+        obs_shape=tuple(obs.shape[1:]),
+        obs_dtype=str(obs.dtype),
+        num_actions=env.num_actions,
+        is_atari=isinstance(env, AtariBatchedEnv),
+        frames_per_step=options.skipped_frames if isinstance(env, AtariBatchedEnv) else 1,
+    )
+    env.close()
+    return info
