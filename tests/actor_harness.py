@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import queue
+import time
 
 import torch
 import torch.multiprocessing as mp
@@ -39,7 +41,18 @@ def actors(env_id=COUNTING, workers=1, envs=3, unroll=5, num_slots=None, seed=0,
         yield pool, model, weights, events
     finally:
         stop.set()
+        deadline = time.time() + 10
         for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+            while p.is_alive() and time.time() < deadline:
+                _drain(pool.full)  # a child exits only once its queue feeders have flushed
+                _drain(events)
+                p.join(timeout=0.05)
+            assert not p.is_alive(), "an actor did not stop within 10 s of the stop event"
+
+
+def _drain(q) -> None:
+    try:
+        while True:
+            q.get_nowait()
+    except queue.Empty:
+        pass

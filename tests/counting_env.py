@@ -54,3 +54,16 @@ class CountingEnv(gym.Env):
 
 if "Counting-v0" not in gym.envs.registry:
     gym.register(id="Counting-v0", entry_point="tests.counting_env:CountingEnv")
+
+
+class ExplodingEnv(CountingEnv):
+    """Raises after 50 steps: an actor failure."""
+
+    def step(self, action):
+        if self.counter >= 50:
+            raise RuntimeError("boom: the exploding env went off")
+        return super().step(action)
+
+
+if "Exploding-v0" not in gym.envs.registry:
+    gym.register(id="Exploding-v0", entry_point="tests.counting_env:ExplodingEnv")

@@ -94,3 +94,14 @@ def test_test_mode_plays_a_saved_agent(results):
     rows = list(csv.DictReader(open(os.path.join(test_run, "test_episodes.csv"))))
     assert len(rows) == 5
     assert summary["mean"] == pytest.approx(sum(float(r["episode_return"]) for r in rows) / 5)
+
+
+def test_actor_exception_stops_the_run_with_its_traceback(results):
+    proc = run_main("--env=tests.counting_env:Exploding-v0", "--worker_count=2",
+                    "--environment_max_steps=100000", f"--results_dir={results}", timeout=120)
+    assert proc.returncode == 1
+    out = proc.stdout + proc.stderr
+    assert "RuntimeError: boom" in out and "Traceback" in out
+    run = _only_run_dir(results)
+    assert os.path.isfile(os.path.join(run, "checkpoint.pt"))
+    assert "boom" in open(os.path.join(run, "run.log")).read()
