@@ -10,6 +10,7 @@ and exits with status 2 before anything is written or started.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from absl import flags
@@ -184,6 +185,12 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     if v.get("learner_threads") is None:
         v["learner_threads"] = cores
 
+    not_finite = [f"--{f.name}: must be a finite number, got {v[f.name]}"
+                  for f in dataclasses.fields(Config)
+                  if isinstance(v.get(f.name), float) and not math.isfinite(v[f.name])]
+    if not_finite:  # the range checks below would be meaningless
+        return None, errors + not_finite
+
     def positive(name: str) -> None:
         if v[name] is None or v[name] <= 0:
             errors.append(f"--{name}: must be > 0, got {v[name]}")
@@ -202,6 +209,15 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):
         if v[name] <= 0:
             errors.append(f"--{name}: must be > 0, got {v[name]}")
+    if not 0 <= v["rmsprop_alpha"] < 1:
+        errors.append(f"--rmsprop_alpha: must be in [0, 1), got {v['rmsprop_alpha']}")
+    if v["lr_decay_power"] <= 0:
+        errors.append(f"--lr_decay_power: must be > 0, got {v['lr_decay_power']}")
+    if v["lr"] > 0 and v["lr_end_value"] > v["lr"]:
+        errors.append(f"--lr_end_value: {v['lr_end_value']} is above --lr={v['lr']}; "
+                      "the schedule decays from lr to lr_end_value")
+    if not 0 <= v["seed"] < 2**30:
+        errors.append(f"--seed: must be in [0, 2**30), got {v['seed']}")
     rap = v.get("repeat_action_probability")
     if rap is not None and not 0 <= rap < 1:
         errors.append(f"--repeat_action_probability: must be in [0, 1), got {rap}")

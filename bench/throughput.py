@@ -54,9 +54,13 @@ def _raw_env_worker(env_id, options, n_envs, seconds, seed, out):
 def env_ceiling_fps(cfg, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    procs = [ctx.Process(target=_raw_env_worker,
-                         args=(cfg.env, env_options(cfg), cfg.envs_per_worker, seconds, i, out))
-             for i in range(cfg.worker_count)]
+    procs = [
+        ctx.Process(
+            target=_raw_env_worker,
+            args=(cfg.env, env_options(cfg.to_dict()), cfg.envs_per_worker, seconds, i, out),
+        )
+        for i in range(cfg.worker_count)
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=seconds + 120) for _ in procs]
@@ -90,8 +94,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="runs; medians are reported")
     args = ap.parse_args()
     values = default_values(
-        env=args.env, environment_max_steps=10**9, worker_count=args.worker_count,
-        envs_per_worker=args.envs_per_worker, save_model_period=10**9, status_interval=1e9,
+        env=args.env,
+        environment_max_steps=10**9,
+        worker_count=args.worker_count,
+        envs_per_worker=args.envs_per_worker,
+        save_model_period=10**9,
+        status_interval=1e9,
     )
     cfg, errors = make_config(values)
     if errors:
@@ -106,9 +114,14 @@ def main() -> None:
     result.update(
         pipeline_over_ceiling=round(result["pipeline_fps"] / result["env_ceiling_fps"], 3),
         train_over_ceiling=round(result["train_fps"] / result["env_ceiling_fps"], 3),
-        env=cfg.env, worker_count=cfg.worker_count, envs_per_worker=cfg.envs_per_worker,
-        batch_size=cfg.batch_size, r_f_steps=cfg.r_f_steps, repeats=args.repeats,
-        runs=[{k: round(v, 1) for k, v in r.items()} for r in runs], cpu_count=os.cpu_count(),
+        env=cfg.env,
+        worker_count=cfg.worker_count,
+        envs_per_worker=cfg.envs_per_worker,
+        batch_size=cfg.batch_size,
+        r_f_steps=cfg.r_f_steps,
+        repeats=args.repeats,
+        runs=[{k: round(v, 1) for k, v in r.items()} for r in runs],
+        cpu_count=os.cpu_count(),
     )
     print(json.dumps(result, indent=2))
 

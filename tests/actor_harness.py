@@ -37,6 +37,7 @@ def actors(env_id=COUNTING, workers=1, envs=3, unroll=5, num_slots=None, seed=0,
                          daemon=True) for i in range(workers)]
     for p in procs:
         p.start()
+    stuck = []
     try:
         yield pool, model, weights, events
     finally:
@@ -47,7 +48,10 @@ def actors(env_id=COUNTING, workers=1, envs=3, unroll=5, num_slots=None, seed=0,
                 _drain(pool.full)  # a child exits only once its queue feeders have flushed
                 _drain(events)
                 p.join(timeout=0.05)
-            assert not p.is_alive(), "an actor did not stop within 10 s of the stop event"
+            if p.is_alive():
+                stuck.append(p.name)
+                p.kill()
+    assert not stuck, f"actors did not stop within 10 s of the stop event: {stuck}"
 
 
 def _drain(q) -> None:

@@ -4,7 +4,9 @@
 Observation float32 [4]: (env marker, global step counter, episode index, step in
 episode). The reward of a step is 1000 * episode + step number it arrives at, so
 every transition is identifiable. Episode k lasts 3 + (k * 7) % 11 steps; every
-third episode is truncated (time limit) instead of terminated.
+third episode is truncated (time limit) instead of terminated, and episodes with
+k % 5 == 4 (when not truncated) end with both flags raised, as gymnasium's
+TimeLimit does when the last allowed step is also terminal.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ def episode_length(k: int) -> int:
     return 3 + (k * 7) % 11
 
 
-def is_truncated_episode(k: int) -> bool:
-    return k % 3 == 2
+def end_flags(k: int) -> tuple[bool, bool]:
+    """(terminated, truncated) as the env returns them at the end of episode k."""
+    if k % 3 == 2:
+        return False, True
+    return True, k % 5 == 4
 
 
 class CountingEnv(gym.Env):
@@ -47,8 +52,7 @@ class CountingEnv(gym.Env):
         self.step_in_episode += 1
         reward = 1000.0 * self.episode + self.step_in_episode
         end = self.step_in_episode >= episode_length(self.episode)
-        truncated = end and is_truncated_episode(self.episode)
-        terminated = end and not truncated
+        terminated, truncated = end_flags(self.episode) if end else (False, False)
         return self._obs(), reward, terminated, truncated, {}
 
 

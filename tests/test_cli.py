@@ -32,6 +32,11 @@ RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.l
         (["--op_mode=test"], "--load_model_url"),
         (["--op_mode=train_w_load", "--load_model_url=/no/such/run"], "--load_model_url"),
         (["--no_such_flag=1"], "no_such_flag"),
+        (["--lr=nan"], "--lr"),
+        (["--lr=0.001", "--lr_end_value=0.01"], "--lr_end_value"),
+        (["--seed=-3"], "--seed"),
+        (["--rmsprop_alpha=1.5"], "--rmsprop_alpha"),
+        (["--r_f_steps=100000000", "--batch_size=1000"], "--r_f_steps"),
     ],
 )
 def test_bad_flags_exit_2_and_write_nothing(results, args, flag):
@@ -79,11 +84,37 @@ def test_pong_smoke_run_leaves_every_file(results):
     assert json.load(open(os.path.join(run, "flags.json")))["env"] == "PongNoFrameskip-v4"
 
 
-def test_test_mode_plays_a_saved_agent(results):
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    """A tiny trained CartPole run directory."""
+    results = str(tmp_path_factory.mktemp("cartpole") / "results")
     train = run_main("--env=CartPole-v1", "--environment_max_steps=3000", "--worker_count=1",
-                     f"--results_dir={results}", timeout=120)
+                     "--hidden_size=32", f"--results_dir={results}", timeout=120)
     assert train.returncode == 0, train.stderr
-    run = _only_run_dir(results)
+    return _only_run_dir(results)
+
+
+def test_resume_refuses_a_different_network(results, cartpole_run):
+    proc = run_main("--op_mode=train_w_load", f"--load_model_url={cartpole_run}",
+                    "--env=CartPole-v1", f"--results_dir={results}", timeout=60)
+    assert proc.returncode == 2
+    assert "--hidden_size" in proc.stderr and "--hidden_size=32" in proc.stderr
+    assert not os.path.exists(results)
+
+
+def test_corrupt_checkpoint_is_a_clear_error(results, tmp_path):
+    bad = tmp_path / "checkpoint.pt"
+    bad.write_bytes(b"not a checkpoint")
+    for mode in ("train_w_load", "test"):
+        proc = run_main(f"--op_mode={mode}", f"--load_model_url={bad}", "--env=CartPole-v1",
+                        f"--results_dir={results}", timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert str(bad) in proc.stderr and "corrupt" in proc.stderr
+        assert not os.path.exists(results)
+
+
+def test_test_mode_plays_a_saved_agent(results, cartpole_run):
+    run = cartpole_run
     test_results = results + "_test"
     proc = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=5",
                     f"--results_dir={test_results}", timeout=120)

@@ -39,12 +39,33 @@ def test_atari_without_episodic_life_terminates_only_at_game_over():
     env = make_batched_env("ALE/SpaceInvaders-v5", 1, EnvOptions(episodic_life=False), seed=1)
     env.reset()
     rng = np.random.default_rng(1)
-    while True:
+    for _ in range(20_000):
         step = env.step(rng.integers(0, env.num_actions, size=1))
         if step.terminated[0]:
             assert step.episodes, "a termination without episodic life is a game over"
             break
+        assert not step.episodes, "a game over is a termination"
+    else:
+        raise AssertionError("no game over in 20,000 env steps")
     env.close()
+
+
+def test_atari_game_without_lives_every_termination_is_a_game_over():
+    env = make_batched_env("PongNoFrameskip-v4", 2, EnvOptions(episodic_life=True), seed=2)
+    env.reset()
+    rng = np.random.default_rng(2)
+    games = 0
+    for _ in range(5000):
+        step = env.step(rng.integers(0, env.num_actions, size=2))
+        ended = set(np.flatnonzero(step.terminated | step.truncated).tolist())
+        assert ended == {i for i, _, _ in step.episodes}
+        for _, ret, _ in step.episodes:
+            assert -21 <= ret <= 21 and ret == int(ret)
+        games += len(step.episodes)
+        if games >= 2:
+            break
+    env.close()
+    assert games >= 2
 
 
 def test_env_info_comes_from_the_env():

@@ -59,7 +59,9 @@ def evaluate(cfg, greedy: bool = False) -> int:
     model.eval()
     run = RunDir(cfg.results_dir, trained["env"], {**cfg.to_dict(), "trained_config": trained})
     n_envs = min(cfg.test_episode_count, 8)
-    env = make_batched_env(trained["env"], n_envs, env_options(cfg, training=False), cfg.seed)
+    # The env exactly as trained (frameskip, stack, noops, sticky actions), whole games.
+    options = env_options(trained, training=False)
+    env = make_batched_env(trained["env"], n_envs, options, cfg.seed)
     try:
         results = play(model, env, cfg.test_episode_count, greedy, cfg.seed)
     finally:

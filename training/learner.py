@@ -36,13 +36,14 @@ class ActorFailure(RuntimeError):
     pass
 
 
-def env_options(cfg, training: bool = True) -> EnvOptions:
+def env_options(config: dict, training: bool = True) -> EnvOptions:
+    """Env preprocessing from a config dict (`Config.to_dict()` or a checkpoint's)."""
     return EnvOptions(
-        skipped_frames=cfg.skipped_frames,
-        frames_stacked=cfg.frames_stacked,
-        noop_threshold=cfg.noop_threshold,
-        episodic_life=cfg.episodic_life and training,
-        repeat_action_probability=cfg.repeat_action_probability,
+        skipped_frames=config["skipped_frames"],
+        frames_stacked=config["frames_stacked"],
+        noop_threshold=config["noop_threshold"],
+        episodic_life=config["episodic_life"] and training,
+        repeat_action_probability=config["repeat_action_probability"],
     )
 
 
@@ -66,6 +67,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def slot_count(cfg) -> int:
+    """Rollout slots: two per env (one written, one waiting) and two batches' worth."""
+    return 2 * cfg.worker_count * cfg.envs_per_worker + 2 * cfg.batch_size
+
+
 @dataclasses.dataclass
 class Counters:
     env_steps: int = 0
@@ -83,7 +89,7 @@ class Learner:
         self.log = run.log
         torch.manual_seed(cfg.seed)
         torch.set_num_threads(cfg.learner_threads)
-        self.info = env_info(cfg.env, env_options(cfg))
+        self.info = env_info(cfg.env, env_options(cfg.to_dict()))
         self.frames_per_step = self.info.frames_per_step
         self.device = resolve_device(cfg.device)
         self.model = build_model(self.info.obs_shape, self.info.num_actions, cfg.hidden_size)
@@ -106,12 +112,13 @@ class Learner:
         self._env_steps_at_start = self.counters.env_steps
         self.fps = 0.0
         self.first_rollout_at: tuple[float, int] | None = None  # (time, env steps before)
+        self._last_actor_check = 0.0
 
         ctx = mp.get_context("spawn")
-        n_envs = cfg.worker_count * cfg.envs_per_worker
-        spec = rollout_spec(cfg.r_f_steps, self.info.obs_shape, self.info.obs_dtype,
-                            self.info.num_actions)
-        self.pool = SlotPool(spec, num_slots=2 * n_envs + 2 * cfg.batch_size, ctx=ctx)
+        spec = rollout_spec(
+            cfg.r_f_steps, self.info.obs_shape, self.info.obs_dtype, self.info.num_actions
+        )
+        self.pool = SlotPool(spec, num_slots=slot_count(cfg), ctx=ctx)
         entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
         replays, ratios = build_replays(entries, self.pool)
         self.mixer = BatchMixer(self.pool, replays, ratios, cfg.batch_size)
@@ -122,14 +129,23 @@ class Learner:
         self.events = ctx.Queue()
         self.stop = ctx.Event()
         actor_cfg = ActorConfig(
-            env_id=cfg.env, env_options=env_options(cfg), envs_per_worker=cfg.envs_per_worker,
-            unroll_length=cfg.r_f_steps, obs_shape=self.info.obs_shape,
-            num_actions=self.info.num_actions, hidden_size=cfg.hidden_size,
-            seed=cfg.seed + 1, random_policy=random_policy,
+            env_id=cfg.env,
+            env_options=env_options(cfg.to_dict()),
+            envs_per_worker=cfg.envs_per_worker,
+            unroll_length=cfg.r_f_steps,
+            obs_shape=self.info.obs_shape,
+            num_actions=self.info.num_actions,
+            hidden_size=cfg.hidden_size,
+            seed=cfg.seed + 1,
+            random_policy=random_policy,
         )
         self.actors = [
-            ctx.Process(target=run_actor, name=f"actor-{i}", daemon=True,
-                        args=(i, actor_cfg, self.pool, self.weights, self.events, self.stop))
+            ctx.Process(
+                target=run_actor,
+                name=f"actor-{i}",
+                daemon=True,
+                args=(i, actor_cfg, self.pool, self.weights, self.events, self.stop),
+            )
             for i in range(cfg.worker_count)
         ]
 
@@ -150,9 +166,9 @@ class Learner:
         self._last_status = (time.time(), self.counters.env_steps)
         last_ckpt = self.counters.updates
         while self.counters.env_steps < max_env_steps:
-            got = self._drain_full(block=not self.mixer.ready())
+            self._drain_full(block=not self.mixer.ready())
             self._drain_events()
-            if not got:
+            if time.time() - self._last_actor_check >= 1.0:
                 self._check_actors()
             if self.mixer.ready():
                 batch = self.mixer.sample()
@@ -170,8 +186,11 @@ class Learner:
         got = False
         while True:
             try:
-                indices = self.pool.full.get(timeout=0.05) if block and not got \
+                indices = (
+                    self.pool.full.get(timeout=0.05)
+                    if block and not got
                     else self.pool.full.get_nowait()
+                )
             except queue.Empty:
                 return got
             if not got and self.first_rollout_at is None:
@@ -193,14 +212,20 @@ class Learner:
             for ret, length in payload:
                 self.counters.episodes += 1
                 self.returns.append(ret)
-                self.run_dir.episodes.writerow([
-                    self.counters.env_steps, self.counters.env_steps * self.frames_per_step,
-                    ret, length, round(now, 3),
-                ])
+                self.run_dir.episodes.writerow(
+                    [
+                        self.counters.env_steps,
+                        self.counters.env_steps * self.frames_per_step,
+                        ret,
+                        length,
+                        round(now, 3),
+                    ]
+                )
             if len(self.returns) == self.returns.maxlen:
                 self.best_mean_return = max(self.best_mean_return, float(np.mean(self.returns)))
 
     def _check_actors(self) -> None:
+        self._last_actor_check = time.time()
         for p in self.actors:
             if p.exitcode is not None:
                 self._drain_events()  # an error report explains the exit, if there is one
@@ -209,8 +234,12 @@ class Learner:
     def _update(self, batch: dict[str, torch.Tensor]) -> None:
         cfg = self.cfg
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        lr = polynomial_lr(cfg.lr, cfg.lr_end_value,
-                           self.counters.env_steps / cfg.environment_max_steps, cfg.lr_decay_power)
+        lr = polynomial_lr(
+            cfg.lr,
+            cfg.lr_end_value,
+            self.counters.env_steps / cfg.environment_max_steps,
+            cfg.lr_decay_power,
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss, stats = impala_loss(self.model, batch, self.loss_cfg)
@@ -223,11 +252,15 @@ class Learner:
         self.weights.publish(self.model, self.counters.updates)
         stats.update(lr=lr, grad_norm=float(grad_norm))
         self.last_stats = stats
-        self.run_dir.learner.writerow({
-            "updates": self.counters.updates, "env_steps": self.counters.env_steps,
-            "frames": self.counters.env_steps * self.frames_per_step,
-            "fps": round(self.fps, 1), **{k: f"{v:.6g}" for k, v in stats.items()},
-        })
+        self.run_dir.learner.writerow(
+            {
+                "updates": self.counters.updates,
+                "env_steps": self.counters.env_steps,
+                "frames": self.counters.env_steps * self.frames_per_step,
+                "fps": round(self.fps, 1),
+                **{k: f"{v:.6g}" for k, v in stats.items()},
+            }
+        )
 
     # --- reporting -------------------------------------------------------------
     def _wall(self) -> float:
@@ -265,8 +298,11 @@ class Learner:
         c = self.counters
         mean = self.mean_return()
         s = self.last_stats
-        losses = (f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
-                  if s else "no update yet")
+        losses = (
+            f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
+            if s
+            else "no update yet"
+        )
         self.log.info(
             f"frames {c.env_steps * self.frames_per_step:,} | env steps {c.env_steps:,} | "
             f"fps {self.fps:,.0f} (mean {self.mean_fps():,.0f}) | updates {c.updates:,} | "
@@ -279,14 +315,17 @@ class Learner:
     def save(self) -> str:
         self.counters.wall_time = self._wall()
         path = self.run_dir.file("checkpoint.pt")
-        save_checkpoint(path, {
-            "config": self.cfg.to_dict(),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "counters": dataclasses.asdict(self.counters),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
-            "env_info": dataclasses.asdict(self.info),
-        })
+        save_checkpoint(
+            path,
+            {
+                "config": self.cfg.to_dict(),
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "counters": dataclasses.asdict(self.counters),
+                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
+                "env_info": dataclasses.asdict(self.info),
+            },
+        )
         return path
 
     # --- shutdown --------------------------------------------------------------
@@ -308,8 +347,11 @@ class Learner:
                 p.kill()
                 p.join(timeout=5)
         self._drain_at_exit()
+        # Nobody reads `free` any more: do not wait for its feeder to flush.
+        self.pool.free.cancel_join_thread()
         for q in (self.pool.free, self.pool.full, self.events):
             q.close()
+        for q in (self.pool.full, self.events):
             q.join_thread()
 
     def _drain_at_exit(self) -> None:

@@ -25,6 +25,8 @@ Row 0 repeats row T of the same env's previous rollout.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
@@ -46,6 +48,12 @@ def rollout_spec(
         "bootstrap_value": ((t1,), torch.float32),
         "version": ((t1,), torch.int64),
     }
+
+
+def spec_bytes(spec) -> int:
+    """Bytes of one slot of `spec`."""
+    return sum(math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+               for shape, dtype in spec.values())
 
 
 class SlotPool:

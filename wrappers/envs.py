@@ -66,7 +66,8 @@ class StepResult:
     obs: [E, *obs_shape], the observation to act on next (reset one after an end).
     reward: float32 [E], unclipped.
     terminated: bool [E], the trajectory ended (life loss or game over).
-    truncated: bool [E], cut by a time limit; bootstrapping goes on through final_obs.
+    truncated: bool [E], cut by a time limit and not terminated in the same step;
+        bootstrapping goes on through final_obs.
     final_obs: [E, *obs_shape] or None; rows valid where truncated.
     episodes: (env index, game return, game length in env steps) of finished games.
     """
@@ -164,22 +165,29 @@ class AtariBatchedEnv:
         self.seed = seed
         self.tracker = _EpisodeTracker(num_envs)
         self.lives = np.zeros(num_envs, dtype=np.int64)
+        self.episode_frame = np.zeros(num_envs, dtype=np.int64)
 
     def reset(self) -> np.ndarray:
         obs, info = self.env.reset(seed=self.seed)
         self.lives = info["lives"].astype(np.int64)
+        self.episode_frame = info["episode_frame_number"].astype(np.int64)
         return obs
 
     def step(self, actions: np.ndarray) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(actions.astype(np.int32))
-        lives = info["lives"].astype(np.int64)
         reward = reward.astype(np.float32)
-        # With life_loss_info a life loss raises `terminated` without a reset; a game
-        # over resets in the same step, so the lives seen do not go down.
-        life_lost = terminated & (lives < self.lives)
-        if not self.episodic_life:
-            life_lost[:] = False
-        game_over = (terminated & ~life_lost) | truncated
+        truncated = truncated & ~terminated
+        episode_frame = info["episode_frame_number"].astype(np.int64)
+        lives = info["lives"].astype(np.int64)
+        if self.episodic_life:
+            # A life loss raises `terminated` and the game goes on, with one life fewer.
+            # A game over resets in the same step: the episode's frame counter starts
+            # again, and the lives seen do not go down (Pong has none at all).
+            restarted = episode_frame < self.episode_frame
+            game_over = restarted | (terminated & (lives >= self.lives)) | truncated
+        else:
+            game_over = terminated | truncated
+        self.episode_frame = episode_frame
         self.lives = lives
         final_obs = info["final_obs"] if truncated.any() else None
         episodes = self.tracker.update(reward, game_over)
@@ -209,11 +217,13 @@ class GymBatchedEnv:
     def step(self, actions: np.ndarray) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(actions)
         reward = reward.astype(np.float32)
+        truncated = truncated & ~terminated
         final_obs = None
         if truncated.any():
+            blank = np.zeros(obs.shape[1:], dtype=np.float32)
             final_obs = np.stack(
-                [np.asarray(o, dtype=np.float32) if o is not None else np.zeros_like(obs[0])
-                 for o in info["final_obs"]]
+                [np.asarray(o, dtype=np.float32) if t else blank
+                 for o, t in zip(info["final_obs"], truncated, strict=True)]
             )
         episodes = self.tracker.update(reward, terminated | truncated)
         obs = obs.astype(np.float32)

@@ -1,0 +1,71 @@
+"""The IMPALA loss on a hand-checkable batch: on-policy, V-trace reduces to n-step
+returns, so the value loss and policy-gradient loss can be computed by hand."""
+
+from __future__ import annotations
+
+import torch
+
+from agents.impala import LossConfig, clip_rewards, impala_loss
+from agents.networks import MLP
+
+
+def _batch(model, t: int, b: int, gamma_cut: tuple[int, int]):
+    torch.manual_seed(0)
+    obs = torch.randn(t + 1, b, 3)
+    with torch.no_grad():
+        logits, values = model(obs.reshape(-1, 3))
+    done = torch.zeros(t + 1, b, dtype=torch.bool)
+    done[gamma_cut] = True
+    return {
+        "obs": obs,
+        "action": torch.randint(0, 2, (t + 1, b)),
+        "logits": logits.view(t + 1, b, 2),
+        "value": values.view(t + 1, b),
+        "reward": torch.randn(t + 1, b),
+        "done": done,
+        "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
+        "bootstrap_value": torch.zeros(t + 1, b),
+    }, values.view(t + 1, b), logits.view(t + 1, b, 2)
+
+
+def test_on_policy_loss_equals_n_step_returns():
+    t, b, gamma = 6, 3, 0.9
+    model = MLP((3,), 2, hidden_size=8)
+    batch, values, logits = _batch(model, t, b, gamma_cut=(3, 1))
+    cfg = LossConfig(gamma=gamma, clip_rewards=False, entropy_loss_weight=0.0,
+                     value_loss_weight=1.0)
+    loss, stats = impala_loss(model, batch, cfg)
+
+    # hand computation: returns G_s = r_{s+1} + gamma (1 - done_{s+1}) G_{s+1}, G_T = V(x_T)
+    returns = torch.zeros(t, b)
+    g = values[t]
+    for s in reversed(range(t)):
+        g = batch["reward"][s + 1] + gamma * (~batch["done"][s + 1]).float() * g
+        returns[s] = g
+    value_loss = 0.5 * (returns - values[:t]).pow(2).mean()
+    next_returns = torch.cat([returns[1:], values[t:]], 0)
+    adv = batch["reward"][1:] + gamma * (~batch["done"][1:]).float() * next_returns - values[:t]
+    logp = torch.log_softmax(logits[:t], -1).gather(-1, batch["action"][:t, :, None])[..., 0]
+    pg_loss = -(logp * adv).mean()
+    assert abs(stats["value_loss"] - value_loss.item()) < 1e-5
+    assert abs(stats["policy_loss"] - pg_loss.item()) < 1e-5
+    assert abs(stats["mean_rho"] - 1.0) < 1e-6
+    assert abs(loss.item() - (pg_loss + value_loss).item()) < 1e-5
+
+    # the gradient raises the log-probability of actions with positive advantage
+    loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.01 * p.grad
+        new_logp = torch.log_softmax(model(batch["obs"][:t].reshape(-1, 3))[0], -1)
+        new_logp = new_logp.view(t, b, 2).gather(-1, batch["action"][:t, :, None])[..., 0]
+    assert ((new_logp - logp) * adv).sum() > 0
+
+
+def test_reward_clipping_methods():
+    r = torch.tensor([-7.0, -0.5, 0.0, 0.3, 4.0])
+    assert clip_rewards(r, "abs_one_sign").tolist() == [-1, -1, 0, 1, 1]
+    assert torch.equal(clip_rewards(r, "abs_one_clamp"), torch.tensor([-1, -0.5, 0, 0.3, 1]))
+    soft = clip_rewards(r, "soft_asymmetric")
+    assert torch.allclose(soft[4], 5 * torch.tanh(torch.tensor(0.8)))
+    assert torch.allclose(soft[0], 0.3 * 5 * torch.tanh(torch.tensor(-1.4)))
