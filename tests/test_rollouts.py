@@ -9,7 +9,6 @@ policy's outputs at the observation of the same row.
 from __future__ import annotations
 
 import collections
-import queue
 
 import torch
 
@@ -24,15 +23,15 @@ def collect(min_per_env: int, workers: int, envs: int):
     """Per env marker, the list of rollouts (dicts of [T+1, ...] tensors) in order,
     at least `min_per_env` for each of the workers x envs envs."""
     by_env = collections.defaultdict(list)
-    with actors(unroll=UNROLL, workers=workers, envs=envs) as (pool, model, _weights, _events):
+    with actors(unroll=UNROLL, workers=workers, envs=envs) as h:
         while len(by_env) < workers * envs or min(map(len, by_env.values())) < min_per_env:
-            indices = pool.full.get(timeout=30)
-            batch = pool.gather(torch.tensor(indices))
-            pool.release(indices)
-            for j in range(len(indices)):
-                rollout = {k: v[:, j] for k, v in batch.items()}
-                by_env[float(rollout["obs"][0, 0])].append(rollout)
-    return by_env, model
+            for indices, _episodes in h.rollouts():
+                batch = h.slots.gather(torch.tensor(indices))
+                h.slots.release(indices)
+                for j in range(len(indices)):
+                    rollout = {k: v[:, j] for k, v in batch.items()}
+                    by_env[float(rollout["obs"][0, 0])].append(rollout)
+    return by_env, h.model
 
 
 def test_rollouts_are_contiguous_and_consistent():
@@ -99,16 +98,11 @@ def test_episode_ends_cut_or_keep_bootstrapping():
 
 
 def test_every_episode_is_reported_once():
-    with actors(unroll=UNROLL, workers=1, envs=2) as (pool, _model, _weights, events):
+    with actors(unroll=UNROLL, workers=1, envs=2) as h:
         episodes = []
         while len(episodes) < 16:
-            try:
-                pool.release(pool.full.get(timeout=0.2))
-            except queue.Empty:
-                pass
-            while not events.empty():
-                kind, _actor, payload = events.get()
-                assert kind == "episodes"
+            for indices, payload in h.rollouts():
+                h.slots.release(indices)
                 episodes.extend(payload)
     # each env plays episodes 0, 1, 2, ... in order; a return identifies its episode
     by_return = {sum(1000.0 * k + i for i in range(1, episode_length(k) + 1)): k

@@ -1,20 +1,22 @@
 """Actor processes: play `envs_per_worker` envs as one batched env and write rollouts.
 
 Each actor owns a CPU copy of the policy and runs one batched forward pass per
-env step over all its envs, with one torch thread. Before each rollout it takes
-one free slot per env and refreshes its weights if a newer version was
-published; it writes T+1 rows into each slot (row 0 repeats the previous
-rollout's last row, see `workers/slots.py`) and puts the slot indices on the
-full queue. Finished games go to the event queue as
-("episodes", actor_id, [(return, length), ...]). An exception is reported as
-("error", actor_id, traceback) and ends the actor.
+env step over all its envs, with one torch thread. Before each rollout it
+receives one slot per env from the learner and refreshes its weights if a newer
+version was published; it writes T+1 rows into each slot (row 0 repeats the
+previous rollout's last row, see `workers/slots.py`) and sends back
+("rollout", slot indices, [(episode return, length), ...]). An exception is sent
+as ("error", traceback) and ends the actor.
+
+An actor shares no lock with anyone (pipes of its own, a seqlock for weights, a
+shared-memory stop flag), so killing one cannot block the others; it dies with
+its parent (PR_SET_PDEATHSIG) and ignores SIGINT: the main process decides.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
-import os
-import queue
 import signal
 import traceback
 
@@ -78,39 +80,57 @@ def _write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor
         buffers[name][t].index_copy_(0, slots, value)
 
 
-def run_actor(actor_id: int, cfg: ActorConfig, pool, weights, events, stop) -> None:
-    """Process entry point. Ignores SIGINT: the main process decides when to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    torch.set_num_threads(1)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
+def _die_with_parent() -> None:
     try:
-        _actor_loop(actor_id, cfg, pool, weights, events, stop)
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def run_actor(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messages, stop) -> None:
+    """Process entry point.
+
+    Args:
+        buffers: the SlotPool's shared buffers (`[T+1, num_slots, ...]`).
+        weights: SharedWeights.
+        grants: read end of a pipe of slot-index lists from the learner.
+        messages: write end of a pipe to the learner.
+        stop: shared uint8 [1]; nonzero asks the actor to finish.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    torch.set_num_threads(1)
+    try:
+        _actor_loop(actor_id, cfg, buffers, weights, grants, messages, stop)
+    except (BrokenPipeError, EOFError):
+        pass  # the learner has gone away
     except Exception:  # noqa: BLE001 - every failure is reported to the learner
-        events.put(("error", actor_id, traceback.format_exc()))
-
-
-def _take_slots(pool, n: int, stop) -> list[int] | None:
-    slots: list[int] = []
-    while len(slots) < n:
-        if stop.is_set():
-            for i in slots:  # hand back what we took
-                pool.free.put(i)
-            return None
         try:
-            slots.append(pool.free.get(timeout=0.1))
-        except queue.Empty:
-            continue
-    return slots
+            messages.send(("error", traceback.format_exc()))
+        except (BrokenPipeError, OSError):
+            pass
 
 
-def _actor_loop(actor_id: int, cfg: ActorConfig, pool, weights, events, stop) -> None:
-    seed = cfg.seed + 10_007 * actor_id
+def _take_slots(grants, held: list[int], n: int, stop) -> list[int] | None:
+    while len(held) < n:
+        if stop[0]:
+            return None
+        if grants.poll(0.05):
+            held.extend(grants.recv())
+    taken, held[:] = held[:n], held[n:]
+    return taken
+
+
+def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messages, stop):
+    seed = cfg.seed
     rng = torch.Generator().manual_seed(seed)
     env = make_batched_env(cfg.env_id, cfg.envs_per_worker, cfg.env_options, seed=seed)
     policy = _Policy(cfg, weights, rng)
     policy.refresh()
-    buffers = pool.buffers
     n = cfg.envs_per_worker
+    held: list[int] = []
 
     obs = torch.from_numpy(env.reset())
     action, logits, value = policy.act(obs)
@@ -122,8 +142,8 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, pool, weights, events, stop) ->
         "bootstrap_value": zeros_f, "version": torch.full((n,), policy.version),
     }
     try:
-        while not stop.is_set():
-            taken = _take_slots(pool, n, stop)
+        while not stop[0]:
+            taken = _take_slots(grants, held, n, stop)
             if taken is None:
                 break
             slots = torch.tensor(taken, dtype=torch.int64)
@@ -134,7 +154,6 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, pool, weights, events, stop) ->
                 step = env.step(row["action"].numpy())
                 obs = torch.from_numpy(step.obs)
                 action, logits, value = policy.act(obs)
-                truncated = torch.from_numpy(step.truncated)
                 bootstrap = zeros_f
                 if step.final_obs is not None:
                     bootstrap = torch.zeros(n)
@@ -143,14 +162,13 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, pool, weights, events, stop) ->
                 row = {
                     "obs": obs, "action": action, "logits": logits, "value": value,
                     "reward": torch.from_numpy(step.reward),
-                    "done": torch.from_numpy(step.terminated), "truncated": truncated,
+                    "done": torch.from_numpy(step.terminated),
+                    "truncated": torch.from_numpy(step.truncated),
                     "bootstrap_value": bootstrap,
                     "version": torch.full((n,), policy.version),
                 }
                 _write_row(buffers, t, slots, row)
                 episodes.extend((ret, length) for _, ret, length in step.episodes)
-            pool.full.put(tuple(taken))
-            if episodes:
-                events.put(("episodes", actor_id, episodes))
+            messages.send(("rollout", tuple(taken), episodes))
     finally:
         env.close()

@@ -1,12 +1,13 @@
-"""A fixed pool of rollout slots in shared memory, and the index queues.
+"""A fixed pool of rollout slots in shared memory.
 
 Everything is allocated once, at start-up, from one spec dict. Each buffer is
 time-major with the slot as the batch dimension, `[T+1, num_slots, ...]`, so a
-batch is one `index_select` along dim 1. Only slot indices travel through the
-queues: an actor takes indices from `free`, writes T+1 rows and puts them on
-`full`; the learner side takes them from `full` and returns them to `free` once
-it has copied what it keeps. A slot is written only by the actor that took it
-from `free`, so no slot changes while the learner holds it.
+batch is one `index_select` along dim 1. Only slot indices travel between
+processes (see `workers/pool.py`): the learner grants free slots to an actor,
+the actor writes T+1 rows into each and sends the indices back; the learner side
+returns a slot to the free list (`release`) once it has copied what it keeps. A
+slot is written only by the actor it was granted to, so no slot changes while
+the learner holds it.
 
 Row convention (the same for every field): row t describes observation x_t.
     obs             [T+1, S, *obs_shape] uint8 (pixels) / float32   x_t
@@ -25,6 +26,7 @@ Row 0 repeats row T of the same env's previous rollout.
 
 from __future__ import annotations
 
+import collections
 import math
 
 import torch
@@ -57,30 +59,28 @@ def spec_bytes(spec) -> int:
 
 
 class SlotPool:
-    """Shared buffers `[T+1, num_slots, ...]` plus free/full queues of indices.
+    """Shared buffers `[T+1, num_slots, ...]` and the learner's free list.
 
-    Picklable to spawned children (tensors travel as shared-memory handles).
+    `buffers` pickle to spawned children as shared-memory handles; the free list
+    lives in the learner process only (thread-safe deque).
     """
 
-    def __init__(self, spec, num_slots: int, ctx):
+    def __init__(self, spec, num_slots: int):
         self.num_slots = num_slots
         self.buffers = {
             name: torch.zeros((shape[0], num_slots, *shape[1:]), dtype=dtype).share_memory_()
             for name, (shape, dtype) in spec.items()
         }
-        self.free = ctx.Queue()
-        self.full = ctx.Queue()
-        for i in range(num_slots):
-            self.free.put(i)
+        self.free: collections.deque[int] = collections.deque(range(num_slots))
 
     def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """Copy of the rollouts in `indices` (int64 [B]) as a batch `[T+1, B, ...]`."""
         return {name: buf.index_select(1, indices) for name, buf in self.buffers.items()}
 
     def release(self, indices) -> None:
-        """Give slots back to the actors."""
-        for i in indices:
-            self.free.put(int(i))
+        """Slots the learner side no longer needs: free for actors again."""
+        self.free.extend(int(i) for i in indices)
 
-    def bytes(self) -> int:
-        return sum(b.numel() * b.element_size() for b in self.buffers.values())
+    def take(self, n: int) -> list[int]:
+        """Up to `n` free slots."""
+        return [self.free.popleft() for _ in range(min(n, len(self.free)))]

@@ -1,11 +1,15 @@
 """Weight broadcast from the learner to the actors through shared memory.
 
-The learner copies its parameters into one flat float32 tensor in shared memory
-and bumps a version counter; an actor that sees a newer version copies them back
-into its CPU model. No pickling, one lock held only for the copy.
+The learner copies its parameters into one flat float32 tensor in shared memory;
+an actor that sees a newer version copies them into its CPU model. No pickling
+and no lock: a seqlock. The single writer makes the sequence number odd while it
+writes and even (2 x version) when done; a reader retries if the number was odd
+or changed during its copy. An actor killed mid-copy therefore blocks nobody.
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 from torch import nn
@@ -13,22 +17,33 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 
 class SharedWeights:
-    def __init__(self, model: nn.Module, ctx):
+    def __init__(self, model: nn.Module):
         self.flat = parameters_to_vector(model.parameters()).detach().cpu().clone().share_memory_()
-        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
-        self.lock = ctx.Lock()
+        self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def publish(self, model: nn.Module, version: int) -> None:
+        """Learner side (the only writer)."""
         vec = parameters_to_vector(model.parameters()).detach()
-        with self.lock:
-            self.flat.copy_(vec)
-            self.version[0] = version
+        self.seq[0] = 2 * version + 1
+        self.flat.copy_(vec)
+        self.seq[0] = 2 * version
 
-    def pull(self, model: nn.Module, have_version: int) -> int:
+    def version(self) -> int:
+        return int(self.seq[0]) // 2
+
+    def pull(self, model: nn.Module, have_version: int, tries: int = 100) -> int:
         """Load the published weights into `model` if newer; the version now held."""
-        if int(self.version[0]) <= have_version:
-            return have_version
-        with self.lock:
-            with torch.no_grad():
-                vector_to_parameters(self.flat, model.parameters())
-            return int(self.version[0])
+        buf = torch.empty_like(self.flat)
+        for _ in range(tries):
+            s1 = int(self.seq[0])
+            if s1 % 2:  # being written
+                time.sleep(0.0005)
+                continue
+            if s1 // 2 <= have_version:
+                return have_version
+            buf.copy_(self.flat)
+            if int(self.seq[0]) == s1:
+                with torch.no_grad():
+                    vector_to_parameters(buf, model.parameters())
+                return s1 // 2
+        return have_version  # the learner kept writing; try at the next rollout
