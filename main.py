@@ -4,13 +4,14 @@
     python main.py --op_mode=train_w_load --load_model_url=results/<run>
     python main.py --op_mode=test --load_model_url=results/<run> --test_episode_count=10
 
-Bad flags print every problem, naming the flag, and exit with status 2 before
-anything is written or started. SIGINT / SIGTERM save a checkpoint and stop.
+Flag priority: the command line > the flags saved in the checkpoint (resume and
+test) > the defaults. Bad flags print every problem, naming the flag, and exit
+with status 2 before anything is written or started. The first SIGINT / SIGTERM
+saves a checkpoint and stops; a second one exits at once.
 """
 
 from __future__ import annotations
 
-import signal
 import sys
 
 from absl import flags
@@ -18,12 +19,25 @@ from absl import flags
 import option_flags
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2
 
 
-def run(values: dict) -> int:
+def run(values: dict, explicit: set[str] = frozenset()) -> int:
     """Run one op mode with the given flag values; returns the exit status."""
+    from training.checkpoint import CheckpointError, load_checkpoint
+
+    checkpoint = None
+    if values["op_mode"] in ("train_w_load", "test"):
+        if not values.get("load_model_url"):
+            return _fail(f"--load_model_url: required with --op_mode={values['op_mode']}; "
+                         "give a run directory or a checkpoint.pt")
+        try:
+            checkpoint = load_checkpoint(values["load_model_url"])
+        except CheckpointError as e:
+            return _fail(f"--load_model_url: {e}")
+        values = option_flags.merge_saved(values, explicit, checkpoint["config"])
     cfg, errors = option_flags.make_config(values)
     if errors:
         print("error: bad flags, nothing was started:", file=sys.stderr)
@@ -32,16 +46,14 @@ def run(values: dict) -> int:
         return 2
     from training import session
 
-    return session.run(cfg)
+    return session.run(cfg, checkpoint)
 
 
-def main(argv):
+def main(argv) -> int:
     if len(argv) > 1:
-        print(f"error: unexpected arguments {argv[1:]}; flags look like --name=value",
-              file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    return run(option_flags.flag_values())
+        return _fail(f"unexpected arguments {argv[1:]}; flags look like --name=value")
+    values, explicit = option_flags.flag_values()
+    return run(values, explicit)
 
 
 if __name__ == "__main__":

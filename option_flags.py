@@ -51,6 +51,10 @@ flags.DEFINE_enum("device", "auto", ["auto", "cpu", "cuda"],
 flags.DEFINE_string("load_model_url", None,
                     "Run directory or checkpoint file to resume (train_w_load) or test.")
 flags.DEFINE_integer("test_episode_count", 10, "Games to play in --op_mode=test.")
+flags.DEFINE_enum("test_policy", "sample", ["sample", "greedy"],
+                  "Test mode: sample actions from the policy, or take the most likely one.")
+_define_bool("render", False, "Test mode: show the games in a window if there is a display; "
+             "headless, record the first games to test_video.mp4 in the run directory.")
 
 # --- environment ---------------------------------------------------------------
 flags.DEFINE_string("env", "PongNoFrameskip-v4",
@@ -83,6 +87,9 @@ flags.DEFINE_integer("hidden_size", None, "Width of the last hidden layer; auto:
 flags.DEFINE_integer("worker_count", None, "Actor processes; auto: the machine's core count.")
 flags.DEFINE_integer("envs_per_worker", None, "Envs per actor; auto: 4 pixels, 8 vector.")
 flags.DEFINE_integer("learner_threads", None, "Torch threads of the learner; auto: core count.")
+flags.DEFINE_integer("max_actor_restarts", 3,
+                     "Actor deaths (exception or kill) survived by restarting the actor; one "
+                     "more stops the run with a checkpoint and exit status 1.")
 
 # --- replay --------------------------------------------------------------------
 flags.DEFINE_string("replay_parameters",
@@ -104,6 +111,7 @@ flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
 # --- logging -------------------------------------------------------------------
 flags.DEFINE_string("results_dir", "results", "Parent of the run directories.")
 flags.DEFINE_integer("save_model_period", 1000, "Checkpoint every this many learner updates.")
+flags.DEFINE_integer("keep_checkpoints", 3, "Numbered checkpoints kept in the run directory.")
 flags.DEFINE_float("status_interval", 5.0, "Seconds between status lines.")
 
 
@@ -126,6 +134,8 @@ class Config:
     device: str
     load_model_url: str | None
     test_episode_count: int
+    test_policy: str
+    render: bool
     env: str
     environment_max_steps: int
     skipped_frames: int
@@ -146,6 +156,7 @@ class Config:
     worker_count: int
     envs_per_worker: int
     learner_threads: int
+    max_actor_restarts: int
     replay_parameters: str
     gamma: float
     rho_const: float
@@ -158,6 +169,7 @@ class Config:
     reward_clipping_method: str
     results_dir: str
     save_model_period: int
+    keep_checkpoints: int
     status_interval: float
 
     def to_dict(self) -> dict:
@@ -198,10 +210,11 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     for name in ("environment_max_steps", "batch_size", "r_f_steps", "worker_count",
                  "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
                  "hidden_size", "lr", "save_model_period", "status_interval",
-                 "test_episode_count"):
+                 "test_episode_count", "keep_checkpoints"):
         positive(name)
-    for name in ("noop_threshold", "lr_end_value", "gradient_clip_by_norm_threshold",
-                 "value_loss_weight", "entropy_loss_weight", "policy_gradient_loss_weight"):
+    for name in ("noop_threshold", "max_actor_restarts", "lr_end_value",
+                 "gradient_clip_by_norm_threshold", "value_loss_weight",
+                 "entropy_loss_weight", "policy_gradient_loss_weight"):
         if v[name] < 0:
             errors.append(f"--{name}: must be >= 0, got {v[name]}")
     if not 0 <= v["gamma"] <= 1:
@@ -224,8 +237,6 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     if v["op_mode"] in ("train_w_load", "test") and not v.get("load_model_url"):
         errors.append(f"--load_model_url: required with --op_mode={v['op_mode']}; "
                       "give a run directory or a checkpoint.pt")
-    if v["load_model_url"] and v["op_mode"] != "train" and not os.path.exists(v["load_model_url"]):
-        errors.append(f"--load_model_url: {v['load_model_url']!r} does not exist")
     _, replay_errors = parse_replay_parameters(
         v["replay_parameters"], v["batch_size"] if v["batch_size"] > 0 else 0
     )
@@ -245,6 +256,24 @@ def default_values(**overrides) -> dict:
     return {**values, **overrides}
 
 
-def flag_values() -> dict:
-    """The parsed absl flags that make a Config (call after absl parsed argv)."""
-    return {name: FLAGS[name].value for name in config_fields()}
+# Never taken from a checkpoint: they say what this invocation does.
+PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_policy", "render",
+                  "results_dir")
+
+
+def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
+    """Flag priority: given on the command line (`explicit`; multi_train.py passes its
+    overrides there too) > saved in the checkpoint (`saved`) > defaults (`values`)."""
+    merged = dict(values)
+    for name, value in saved.items():
+        if name in merged and name not in explicit and name not in PER_INVOCATION:
+            merged[name] = value
+    return merged
+
+
+def flag_values() -> tuple[dict, set[str]]:
+    """The parsed absl flags that make a Config, and the names given on the command
+    line (call after absl parsed argv)."""
+    names = config_fields()
+    return ({name: FLAGS[name].value for name in names},
+            {name for name in names if FLAGS[name].present})

@@ -96,7 +96,7 @@ def cartpole_run(tmp_path_factory):
 
 def test_resume_refuses_a_different_network(results, cartpole_run):
     proc = run_main("--op_mode=train_w_load", f"--load_model_url={cartpole_run}",
-                    "--env=CartPole-v1", f"--results_dir={results}", timeout=60)
+                    "--hidden_size=64", f"--results_dir={results}", timeout=60)
     assert proc.returncode == 2
     assert "--hidden_size" in proc.stderr and "--hidden_size=32" in proc.stderr
     assert not os.path.exists(results)

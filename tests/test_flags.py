@@ -12,7 +12,8 @@ def parse(*args):
     """Parse a command line into the global flags (as main.py does) and make a Config."""
     flags.FLAGS.unparse_flags()
     flags.FLAGS(["main.py", *args])
-    return option_flags.make_config(option_flags.flag_values())
+    values, _explicit = option_flags.flag_values()
+    return option_flags.make_config(values)
 
 
 @pytest.mark.parametrize("text, value", [("false", False), ("0", False), ("no", False),
@@ -41,3 +42,20 @@ def test_config_is_frozen():
     cfg, _ = parse("--env=CartPole-v1")
     with pytest.raises(AttributeError):
         cfg.lr = 1.0
+
+
+def test_flag_priority_command_line_over_checkpoint_over_defaults():
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["main.py", "--env=CartPole-v1", "--batch_size=8", "--op_mode=train_w_load",
+                 "--load_model_url=/x"])
+    values, explicit = option_flags.flag_values()
+    assert explicit >= {"env", "batch_size", "op_mode", "load_model_url"}
+    assert "lr" not in explicit and "gamma" not in explicit
+    saved = {"env": "CartPole-v1", "batch_size": 64, "lr": 0.0042, "gamma": 0.95,
+             "op_mode": "train", "load_model_url": None, "results_dir": "elsewhere"}
+    merged = option_flags.merge_saved(values, explicit, saved)
+    assert merged["batch_size"] == 8  # command line wins
+    assert merged["lr"] == 0.0042 and merged["gamma"] == 0.95  # checkpoint over defaults
+    assert merged["op_mode"] == "train_w_load" and merged["load_model_url"] == "/x"
+    assert merged["results_dir"] == "results"  # per-invocation flags never come from it
+    assert merged["entropy_loss_weight"] == 0.01  # neither: the default

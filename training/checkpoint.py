@@ -1,35 +1,68 @@
-"""Atomic checkpoints: write a temporary file, flush, fsync, rename.
+"""Atomic, rotated checkpoints.
+
+`save_checkpoint` writes `checkpoint_<updates>.pt` through a temporary file
+(flush, fsync, rename), then points `checkpoint.pt` at it (a hard link, replaced
+atomically) and deletes all but the newest `keep`. At every moment
+`checkpoint.pt` is a complete checkpoint: a save that fails or is killed leaves
+at most a stray `*.tmp` file.
 
 A checkpoint is a dict saved with torch.save:
-    format_version, config (dict), model, optimizer, counters
-    (env_steps, frames, updates, episodes, wall_time), rng (torch, numpy).
+    format_version, config (dict), model, optimizer, counters (env_steps, updates,
+    episodes, wall_time), recent_returns, best_mean_return_100,
+    rng (torch, numpy, python), env_info.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import re
 
 import torch
 
 FORMAT_VERSION = 1
+LATEST = "checkpoint.pt"
+_NUMBERED = re.compile(r"checkpoint_(\d+)\.pt$")
 
 
 class CheckpointError(Exception):
     pass
 
 
-def save_checkpoint(path: str, state: dict) -> None:
-    tmp = f"{path}.tmp"
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(run_path: str, updates: int, state: dict, keep: int = 3) -> str:
+    """Write a checkpoint of `state` in `run_path`; returns the path of checkpoint.pt."""
+    name = os.path.join(run_path, f"checkpoint_{updates:09d}.pt")
+    tmp = f"{name}.tmp"
     with open(tmp, "wb") as f:
         torch.save({"format_version": FORMAT_VERSION, **state}, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
+    os.replace(tmp, name)
+    latest = os.path.join(run_path, LATEST)
+    link_tmp = f"{latest}.tmp"
+    if os.path.lexists(link_tmp):
+        os.remove(link_tmp)
+    os.link(name, link_tmp)
+    os.replace(link_tmp, latest)
+    _fsync_dir(run_path)
+    numbered = sorted(p for p in glob.glob(os.path.join(run_path, "checkpoint_*.pt"))
+                      if _NUMBERED.search(p))
+    for old in numbered[:-keep]:
+        os.remove(old)
+    return latest
 
 
 def resolve_checkpoint_path(url: str) -> str:
     """A run directory names its checkpoint.pt; a file names itself."""
-    return os.path.join(url, "checkpoint.pt") if os.path.isdir(url) else url
+    return os.path.join(url, LATEST) if os.path.isdir(url) else url
 
 
 def load_checkpoint(url: str) -> dict:

@@ -1,44 +1,55 @@
-"""Test mode: play full games with a saved agent, headless.
+"""Test mode: play full games with a saved agent, headless by default.
 
-Games are whole games (no life-loss endings) and scores are unclipped. Up to 8
-envs play in one batched env; each env has a fixed quota of games so that short
-games are not over-represented. Writes test_episodes.csv and test_summary.json
-into a new run directory and prints the summary.
+Games are whole games (no life-loss endings) and scores are unclipped. The games
+are spread over `worker_count` processes, each playing its quota on a batched env
+of up to `envs_per_worker` envs; each env has a fixed quota of games so that
+short games are not over-represented. Actions are sampled from the policy, or
+the most likely one with `--test_policy=greedy`. With `--render` the first games
+are shown in a window, or, headless, recorded to `test_video.mp4`.
+Writes test_episodes.csv and test_summary.json into a new run directory.
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import sys
+import signal
+import time
 
 import numpy as np
 import torch
+import torch.multiprocessing as mp
 
 from agents.networks import build_model
-from training.checkpoint import CheckpointError, load_checkpoint
 from training.learner import env_options
 from training.run_dir import RunDir
 from wrappers.envs import make_batched_env
+from wrappers.video import VideoSink, has_display
 
 
-def play(model, env, episodes: int, greedy: bool, seed: int) -> list[tuple[float, int]]:
-    """Play `episodes` games over env.num_envs envs; (return, length in env steps)."""
+def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | None = None,
+         video_games: int = 0) -> list[tuple[float, int]]:
+    """Play `episodes` games over env.num_envs envs; (return, length in env steps).
+    Env 0's first `video_games` games go to `video`."""
     n = env.num_envs
     quotas = np.array([episodes // n + (1 if i < episodes % n else 0) for i in range(n)])
     done = np.zeros(n, dtype=np.int64)
     results: list[tuple[float, int]] = []
     gen = torch.Generator().manual_seed(seed)
-    obs = torch.from_numpy(env.reset())
+    obs_np = env.reset()
+    obs = torch.from_numpy(obs_np)
     with torch.inference_mode():
         while (done < quotas).any():
+            if video is not None and done[0] < video_games:
+                video.add(env.frame(obs_np, 0))
             logits, _ = model(obs)
             if greedy:
                 action = logits.argmax(-1)
             else:
                 action = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
             step = env.step(action.numpy())
-            obs = torch.from_numpy(step.obs)
+            obs_np = step.obs
+            obs = torch.from_numpy(obs_np)
             for i, ret, length in step.episodes:
                 if done[i] < quotas[i]:
                     done[i] += 1
@@ -46,40 +57,85 @@ def play(model, env, episodes: int, greedy: bool, seed: int) -> list[tuple[float
     return results
 
 
-def evaluate(cfg, greedy: bool = False) -> int:
+def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, seed):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    torch.set_num_threads(1)
+    model = build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"])
+    model.load_state_dict(model_state)
+    model.eval()
+    env = make_batched_env(env_id, n_envs, env_options(trained, training=False), seed)
     try:
-        ckpt = load_checkpoint(cfg.load_model_url)
-    except CheckpointError as e:
-        print(f"error: --load_model_url: {e}", file=sys.stderr)
-        return 2
-    trained = ckpt["config"]
-    info = ckpt["env_info"]
+        return play(model, env, episodes, greedy, seed)
+    finally:
+        env.close()
+
+
+def evaluate(cfg, ckpt: dict, stop_requested) -> int:
+    info, trained = ckpt["env_info"], ckpt["config"]
+    run = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
+    greedy = cfg.test_policy == "greedy"
+    quotas = [q for q in np.array_split(np.arange(cfg.test_episode_count), cfg.worker_count)
+              if len(q)]
+    results: list[tuple[float, int]] = []
+    if cfg.render:
+        results += _render_games(cfg, ckpt, run, greedy, min(3, len(quotas[0])))
+        quotas[0] = quotas[0][len(results):]
+    jobs = [(ckpt["model"], info, trained, cfg.env, min(len(q), cfg.envs_per_worker), len(q),
+             greedy, cfg.seed + 7919 * (i + 1)) for i, q in enumerate(quotas) if len(q)]
+    results += _play_in_parallel(jobs, stop_requested, run.log)
+    return _write_results(cfg, run, results, info)
+
+
+def _play_in_parallel(jobs: list, stop_requested, log) -> list[tuple[float, int]]:
+    """Run `_play_quota` jobs in processes; on a stop, what finished so far (nothing)."""
+    if not jobs:
+        return []
+    with mp.get_context("spawn").Pool(len(jobs)) as pool:
+        pending = pool.starmap_async(_play_quota, jobs)
+        while not pending.ready():
+            if stop_requested():
+                pool.terminate()
+                log.info("stopped before the games finished")
+                return []
+            time.sleep(0.1)
+        return [episode for part in pending.get() for episode in part]
+
+
+def _render_games(cfg, ckpt, run, greedy: bool, games: int) -> list[tuple[float, int]]:
+    """Play `games` games on one env, shown or recorded."""
+    info, trained = ckpt["env_info"], ckpt["config"]
     model = build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"])
     model.load_state_dict(ckpt["model"])
     model.eval()
-    run = RunDir(cfg.results_dir, trained["env"], {**cfg.to_dict(), "trained_config": trained})
-    n_envs = min(cfg.test_episode_count, 8)
-    # The env exactly as trained (frameskip, stack, noops, sticky actions), whole games.
-    options = env_options(trained, training=False)
-    env = make_batched_env(trained["env"], n_envs, options, cfg.seed)
+    path = None if has_display() else run.file("test_video.mp4")
+    scale = 4 if len(info["obs_shape"]) == 3 else 1
+    video = VideoSink(path, scale=scale)
+    env = make_batched_env(cfg.env, 1, env_options(trained, training=False), cfg.seed,
+                           render=True)
     try:
-        results = play(model, env, cfg.test_episode_count, greedy, cfg.seed)
+        results = play(model, env, games, greedy, cfg.seed, video, video_games=games)
     finally:
         env.close()
-    returns = np.array([r for r, _ in results])
+        video.close()
+    run.log.info(f"recorded the first {games} games to {path}" if path
+                 else f"showed the first {games} games")
+    return results
+
+
+def _write_results(cfg, run, results, info) -> int:
     with open(run.file("test_episodes.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["episode", "episode_return", "episode_length"])
         for i, (ret, length) in enumerate(results):
             w.writerow([i, ret, length])
+    returns = np.array([r for r, _ in results]) if results else np.zeros(0)
+    stat = (lambda fn: float(fn(returns))) if results else (lambda fn: None)
     summary = {
         "episodes": len(results),
-        "mean": float(returns.mean()),
-        "std": float(returns.std()),
-        "min": float(returns.min()),
-        "max": float(returns.max()),
-        "median": float(np.median(returns)),
+        "mean": stat(np.mean), "std": stat(np.std), "min": stat(np.min),
+        "max": stat(np.max), "median": stat(np.median),
         "frames": int(sum(n for _, n in results) * info["frames_per_step"]),
+        "policy": cfg.test_policy,
         "checkpoint": cfg.load_model_url,
     }
     with open(run.file("test_summary.json"), "w") as f:

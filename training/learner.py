@@ -1,11 +1,12 @@
 """The learner: start the actors, turn their rollouts into batches, train, log.
 
-Runs in the main process. One iteration: move every finished rollout from the
-full queue into the replays, sample a batch when the replays are ready, take one
-IMPALA step, publish the new weights, record finished episodes. A status line
-goes out every `status_interval` seconds, a checkpoint every `save_model_period`
-updates and at the end. Counting: an env step is one agent decision of one env;
-frames = env steps x frameskip (1 outside Atari).
+Runs in the main process. One iteration: grant free slots to the actors, take
+the finished rollouts into the replays, sample a batch when the replays are
+ready, take one IMPALA step, publish the new weights, record finished episodes.
+A status line goes out every `status_interval` seconds, a checkpoint every
+`save_model_period` updates. The loop ends at `environment_max_steps` or when
+`stop_requested()` says so (a signal). Counting: an env step is one agent
+decision of one env; frames = env steps x frameskip (1 outside Atari).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-import queue
+import random
 import time
 
 import numpy as np
@@ -26,14 +27,11 @@ from replay.config import build_replays, parse_replay_parameters
 from replay.mixer import BatchMixer
 from training.checkpoint import save_checkpoint
 from training.run_dir import RunDir
-from workers.actor import ActorConfig, run_actor
+from workers.actor import ActorConfig
+from workers.pool import ActorPool
 from workers.slots import SlotPool, rollout_spec
 from workers.weights import SharedWeights
 from wrappers.envs import EnvOptions, env_info
-
-
-class ActorFailure(RuntimeError):
-    pass
 
 
 def env_options(config: dict, training: bool = True) -> EnvOptions:
@@ -68,7 +66,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def slot_count(cfg) -> int:
-    """Rollout slots: two per env (one written, one waiting) and two batches' worth."""
+    """Rollout slots: two rollouts' worth per env (held by the actors) and two batches."""
     return 2 * cfg.worker_count * cfg.envs_per_worker + 2 * cfg.batch_size
 
 
@@ -98,78 +96,68 @@ class Learner:
             self.model.parameters(), cfg.optimizer, cfg.lr, cfg.rmsprop_eps, cfg.rmsprop_alpha
         )
         self.counters = Counters()
-        if checkpoint is not None:
-            self.model.load_state_dict(checkpoint["model"])
-            self.optimizer.load_state_dict(checkpoint["optimizer"])
-            self.counters = Counters(**checkpoint["counters"])
-        self.loss_cfg = loss_config(cfg)
-        self.returns = collections.deque(maxlen=100)
+        self.returns: collections.deque[float] = collections.deque(maxlen=100)
         self.best_mean_return = -math.inf
+        if checkpoint is not None:
+            self._restore(checkpoint)
+        self.loss_cfg = loss_config(cfg)
         self.last_stats: dict[str, float] = {}
-        self.random_policy = random_policy
+        self.fps = 0.0
+        self.first_rollout_at: tuple[float, int] | None = None  # (time, env steps before)
         self._t_start = time.time()
         self._wall_at_start = self.counters.wall_time
         self._env_steps_at_start = self.counters.env_steps
-        self.fps = 0.0
-        self.first_rollout_at: tuple[float, int] | None = None  # (time, env steps before)
-        self._last_actor_check = 0.0
+        self._last_status = (self._t_start, self.counters.env_steps)
 
-        ctx = mp.get_context("spawn")
-        spec = rollout_spec(
-            cfg.r_f_steps, self.info.obs_shape, self.info.obs_dtype, self.info.num_actions
-        )
-        self.pool = SlotPool(spec, num_slots=slot_count(cfg), ctx=ctx)
+        spec = rollout_spec(cfg.r_f_steps, self.info.obs_shape, self.info.obs_dtype,
+                            self.info.num_actions)
+        self.slots = SlotPool(spec, num_slots=slot_count(cfg))
         entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
-        replays, ratios = build_replays(entries, self.pool)
-        self.mixer = BatchMixer(self.pool, replays, ratios, cfg.batch_size)
-        cpu_model = build_model(self.info.obs_shape, self.info.num_actions, cfg.hidden_size)
-        cpu_model.load_state_dict(self.model.state_dict())
-        self.weights = SharedWeights(cpu_model, ctx)
+        replays, ratios = build_replays(entries, self.slots)
+        self.mixer = BatchMixer(self.slots, replays, ratios, cfg.batch_size)
+        self.weights = SharedWeights(self.model)
         self.weights.publish(self.model, self.counters.updates)
-        self.events = ctx.Queue()
-        self.stop = ctx.Event()
         actor_cfg = ActorConfig(
-            env_id=cfg.env,
-            env_options=env_options(cfg.to_dict()),
-            envs_per_worker=cfg.envs_per_worker,
-            unroll_length=cfg.r_f_steps,
-            obs_shape=self.info.obs_shape,
-            num_actions=self.info.num_actions,
-            hidden_size=cfg.hidden_size,
-            seed=cfg.seed + 1,
-            random_policy=random_policy,
+            env_id=cfg.env, env_options=env_options(cfg.to_dict()),
+            envs_per_worker=cfg.envs_per_worker, unroll_length=cfg.r_f_steps,
+            obs_shape=self.info.obs_shape, num_actions=self.info.num_actions,
+            hidden_size=cfg.hidden_size, seed=cfg.seed + 1, random_policy=random_policy,
         )
-        self.actors = [
-            ctx.Process(
-                target=run_actor,
-                name=f"actor-{i}",
-                daemon=True,
-                args=(i, actor_cfg, self.pool, self.weights, self.events, self.stop),
-            )
-            for i in range(cfg.worker_count)
-        ]
+        self.actors = ActorPool(mp.get_context("spawn"), actor_cfg, cfg.worker_count,
+                                self.slots, self.weights, self.log, cfg.max_actor_restarts)
+
+    def _restore(self, ckpt: dict) -> None:
+        self.model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.counters = Counters(**ckpt["counters"])
+        self.returns.extend(ckpt.get("recent_returns", []))
+        best = ckpt.get("best_mean_return_100")
+        self.best_mean_return = -math.inf if best is None else best
+        rng = ckpt["rng"]
+        torch.set_rng_state(rng["torch"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
 
     # --- the loop --------------------------------------------------------------
-    def run(self, max_env_steps: int | None = None, train: bool = True) -> None:
-        """Train until `max_env_steps` (default: the config's) env steps were received."""
+    def run(self, stop_requested=lambda: False, max_env_steps: int | None = None,
+            train: bool = True) -> None:
+        """Train until `max_env_steps` (default: the config's) env steps were received
+        or `stop_requested()` is true. The update in flight always completes."""
         cfg = self.cfg
         max_env_steps = max_env_steps or cfg.environment_max_steps
-        for p in self.actors:
-            p.start()
         self.log.info(
             f"run directory {self.run_dir.path}: {cfg.env}, {cfg.worker_count} actors x "
             f"{cfg.envs_per_worker} envs, T={cfg.r_f_steps}, batch {cfg.batch_size}, "
             f"device {self.device}, obs {self.info.obs_shape} {self.info.obs_dtype}"
         )
-        self._t_start = time.time()
-        self._env_steps_at_start = self.counters.env_steps
-        self._last_status = (time.time(), self.counters.env_steps)
-        last_ckpt = self.counters.updates
-        while self.counters.env_steps < max_env_steps:
-            self._drain_full(block=not self.mixer.ready())
-            self._drain_events()
-            if time.time() - self._last_actor_check >= 1.0:
-                self._check_actors()
+        self.actors.start()
+        last_ckpt, last_check = self.counters.updates, 0.0
+        while self.counters.env_steps < max_env_steps and not stop_requested():
+            self.actors.grant()
+            self._receive(self.actors.poll(0.0 if self.mixer.ready() else 0.05))
+            if time.time() - last_check >= 1.0:
+                self.actors.check()
+                last_check = time.time()
             if self.mixer.ready():
                 batch = self.mixer.sample()
                 if train:
@@ -179,67 +167,35 @@ class Learner:
             if self.counters.updates - last_ckpt >= cfg.save_model_period:
                 self.save()
                 last_ckpt = self.counters.updates
-        self._drain_events()
         self._status()
 
-    def _drain_full(self, block: bool) -> bool:
-        got = False
-        while True:
-            try:
-                indices = (
-                    self.pool.full.get(timeout=0.05)
-                    if block and not got
-                    else self.pool.full.get_nowait()
-                )
-            except queue.Empty:
-                return got
-            if not got and self.first_rollout_at is None:
+    def _receive(self, rollouts) -> None:
+        for indices, episodes in rollouts:
+            if self.first_rollout_at is None:
                 self.first_rollout_at = (time.time(), self.counters.env_steps)
-            got = True
             for i in indices:
                 self.mixer.add(i)
             self.counters.env_steps += self.cfg.r_f_steps * len(indices)
+            self._record_episodes(episodes)
 
-    def _drain_events(self) -> None:
-        while True:
-            try:
-                kind, actor_id, payload = self.events.get_nowait()
-            except queue.Empty:
-                return
-            if kind == "error":
-                raise ActorFailure(f"actor {actor_id} failed:\n{payload}")
-            now = self._wall()
-            for ret, length in payload:
-                self.counters.episodes += 1
-                self.returns.append(ret)
-                self.run_dir.episodes.writerow(
-                    [
-                        self.counters.env_steps,
-                        self.counters.env_steps * self.frames_per_step,
-                        ret,
-                        length,
-                        round(now, 3),
-                    ]
-                )
+    def _record_episodes(self, episodes) -> None:
+        now = round(self._wall(), 3)
+        for ret, length in episodes:
+            self.counters.episodes += 1
+            self.returns.append(ret)
+            self.run_dir.episodes.writerow({
+                "env_steps": self.counters.env_steps,
+                "frames": self.counters.env_steps * self.frames_per_step,
+                "episode_return": ret, "episode_length": length, "wall_time": now,
+            })
             if len(self.returns) == self.returns.maxlen:
                 self.best_mean_return = max(self.best_mean_return, float(np.mean(self.returns)))
-
-    def _check_actors(self) -> None:
-        self._last_actor_check = time.time()
-        for p in self.actors:
-            if p.exitcode is not None:
-                self._drain_events()  # an error report explains the exit, if there is one
-                raise ActorFailure(f"{p.name} exited with code {p.exitcode}")
 
     def _update(self, batch: dict[str, torch.Tensor]) -> None:
         cfg = self.cfg
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
-        lr = polynomial_lr(
-            cfg.lr,
-            cfg.lr_end_value,
-            self.counters.env_steps / cfg.environment_max_steps,
-            cfg.lr_decay_power,
-        )
+        lr = polynomial_lr(cfg.lr, cfg.lr_end_value,
+                           self.counters.env_steps / cfg.environment_max_steps, cfg.lr_decay_power)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         loss, stats = impala_loss(self.model, batch, self.loss_cfg)
@@ -252,15 +208,11 @@ class Learner:
         self.weights.publish(self.model, self.counters.updates)
         stats.update(lr=lr, grad_norm=float(grad_norm))
         self.last_stats = stats
-        self.run_dir.learner.writerow(
-            {
-                "updates": self.counters.updates,
-                "env_steps": self.counters.env_steps,
-                "frames": self.counters.env_steps * self.frames_per_step,
-                "fps": round(self.fps, 1),
-                **{k: f"{v:.6g}" for k, v in stats.items()},
-            }
-        )
+        self.run_dir.learner.writerow({
+            "updates": self.counters.updates, "env_steps": self.counters.env_steps,
+            "frames": self.counters.env_steps * self.frames_per_step,
+            "fps": round(self.fps, 1), **{k: f"{v:.6g}" for k, v in stats.items()},
+        })
 
     # --- reporting -------------------------------------------------------------
     def _wall(self) -> float:
@@ -268,6 +220,11 @@ class Learner:
 
     def mean_return(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
+
+    def mean_fps(self) -> float:
+        elapsed = time.time() - self._t_start
+        steps = self.counters.env_steps - self._env_steps_at_start
+        return 0.0 if elapsed <= 0 else steps * self.frames_per_step / elapsed
 
     def summary(self) -> dict:
         c = self.counters
@@ -282,12 +239,8 @@ class Learner:
             "mean_return_last100": self.mean_return(),
             "best_mean_return_100": None if math.isinf(best) else best,
             "fps_mean": round(self.mean_fps(), 1),
+            "actor_restarts": self.actors.restarts,
         }
-
-    def mean_fps(self) -> float:
-        elapsed = time.time() - self._t_start
-        steps = self.counters.env_steps - self._env_steps_at_start
-        return 0.0 if elapsed <= 0 else steps * self.frames_per_step / elapsed
 
     def _status(self) -> None:
         now = time.time()
@@ -298,11 +251,8 @@ class Learner:
         c = self.counters
         mean = self.mean_return()
         s = self.last_stats
-        losses = (
-            f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
-            if s
-            else "no update yet"
-        )
+        losses = (f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
+                  if s else "no update yet")
         self.log.info(
             f"frames {c.env_steps * self.frames_per_step:,} | env steps {c.env_steps:,} | "
             f"fps {self.fps:,.0f} (mean {self.mean_fps():,.0f}) | updates {c.updates:,} | "
@@ -313,54 +263,25 @@ class Learner:
         self.run_dir.write_summary(self.summary())
 
     def save(self) -> str:
+        """An atomic checkpoint; returns the path of `checkpoint.pt`."""
         self.counters.wall_time = self._wall()
-        path = self.run_dir.file("checkpoint.pt")
-        save_checkpoint(
-            path,
-            {
-                "config": self.cfg.to_dict(),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "counters": dataclasses.asdict(self.counters),
-                "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
-                "env_info": dataclasses.asdict(self.info),
-            },
-        )
-        return path
+        best = self.best_mean_return
+        return save_checkpoint(self.run_dir.path, self.counters.updates, {
+            "config": self.cfg.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "counters": dataclasses.asdict(self.counters),
+            "recent_returns": list(self.returns),
+            "best_mean_return_100": None if math.isinf(best) else best,
+            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                    "python": random.getstate()},
+            "env_info": dataclasses.asdict(self.info),
+        }, keep=self.cfg.keep_checkpoints)
 
     # --- shutdown --------------------------------------------------------------
-    def close(self, timeout: float = 10.0) -> None:
-        """Stop and join every actor, record their last episodes, close the queues.
-
-        The queues are drained while waiting: a child cannot exit while its queue
-        feeder thread is blocked on a full pipe.
-        """
-        self.stop.set()
-        deadline = time.time() + timeout
-        for p in self.actors:
-            if p.pid is None:
-                continue
-            while p.is_alive() and time.time() < deadline:
-                self._drain_at_exit()
-                p.join(timeout=0.05)
-            if p.is_alive():
-                p.kill()
-                p.join(timeout=5)
-        self._drain_at_exit()
-        # Nobody reads `free` any more: do not wait for its feeder to flush.
-        self.pool.free.cancel_join_thread()
-        for q in (self.pool.free, self.pool.full, self.events):
-            q.close()
-        for q in (self.pool.full, self.events):
-            q.join_thread()
-
-    def _drain_at_exit(self) -> None:
-        try:
-            while True:
-                self.pool.full.get_nowait()
-        except queue.Empty:
-            pass
-        try:
-            self._drain_events()
-        except ActorFailure:
-            pass  # the run is over; a late error report changes nothing
+    def close(self) -> None:
+        """Stop and join every actor; record the episodes they finished meanwhile."""
+        for indices, episodes in self.actors.close():
+            self.slots.release(indices)
+            self._record_episodes(episodes)
+        self.mixer.release_all()

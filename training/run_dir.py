@@ -35,23 +35,39 @@ def atomic_write_text(path: str, text: str) -> None:
 class RunDir:
     """Creates the run directory and owns its files."""
 
-    def __init__(self, results_dir: str, env_id: str, config: dict, echo: bool = True):
-        name = env_id.split(":")[-1].replace("/", "-")
-        ts = int(time.time())
-        path = os.path.join(results_dir, f"{name}_{ts}")
-        while os.path.exists(path):  # two runs in the same second
-            ts += 1
+    def __init__(self, results_dir: str, env_id: str, config: dict, echo: bool = True,
+                 resume_path: str | None = None, keep_rows: tuple[int, int] | None = None):
+        """A new directory under `results_dir`, or, with `resume_path`, the directory of
+        the run being resumed: its CSVs and log are appended to, after cutting them to
+        `keep_rows` = (episodes, updates) rows, what the checkpoint had counted (rows
+        written after the checkpoint, by a run that was killed, would be counted twice)."""
+        if resume_path is None:
+            name = env_id.split(":")[-1].replace("/", "-")
+            ts = int(time.time())
             path = os.path.join(results_dir, f"{name}_{ts}")
-        os.makedirs(path)
+            while os.path.exists(path):  # two runs in the same second
+                ts += 1
+                path = os.path.join(results_dir, f"{name}_{ts}")
+            os.makedirs(path)
+        else:
+            path = resume_path
         self.path = path
+        if keep_rows is not None:
+            _cut_csv(self.file("episodes.csv"), keep_rows[0])
+            _cut_csv(self.file("learner.csv"), keep_rows[1])
         atomic_write_text(self.file("flags.json"), json.dumps(config, indent=2, sort_keys=True))
-        self._episodes_f = open(self.file("episodes.csv"), "w", newline="")
-        self.episodes = csv.writer(self._episodes_f)
-        self.episodes.writerow(EPISODE_COLUMNS)
-        self._learner_f = open(self.file("learner.csv"), "w", newline="")
-        self.learner = csv.DictWriter(self._learner_f, LEARNER_COLUMNS, extrasaction="ignore")
-        self.learner.writeheader()
+        self._episodes_f, self.episodes = self._open_csv("episodes.csv", EPISODE_COLUMNS)
+        self._learner_f, self.learner = self._open_csv("learner.csv", LEARNER_COLUMNS)
         self.log = _make_logger(self.file("run.log"), echo)
+
+    def _open_csv(self, name: str, columns: list[str]):
+        path = self.file(name)
+        fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+        f = open(path, "a", newline="")
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        if fresh:
+            writer.writeheader()
+        return f, writer
 
     def file(self, name: str) -> str:
         return os.path.join(self.path, name)
@@ -69,6 +85,15 @@ class RunDir:
         for h in list(self.log.handlers):
             h.close()
             self.log.removeHandler(h)
+
+
+def _cut_csv(path: str, rows: int) -> None:
+    """Keep the header and the first `rows` rows of a CSV file."""
+    if not os.path.exists(path):
+        return
+    with open(path, newline="") as f:
+        lines = f.readlines()[: rows + 1]
+    atomic_write_text(path, "".join(lines))
 
 
 def _make_logger(path: str, echo: bool) -> logging.Logger:

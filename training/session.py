@@ -1,9 +1,9 @@
 """One invocation of the platform: a new run, a resumed run, or a test.
 
-Everything that can be checked is checked before the run directory is created:
-the checkpoint (resume), settings that cannot change mid-run, and whether the
-shared-memory rollout slots fit. Interrupts (SIGINT, and SIGTERM turned into one
-by main.py) stop the actors, save a checkpoint, flush the logs and exit 0.
+Everything that can be checked is checked before anything is written: settings
+that cannot change mid-run, and whether the shared-memory rollout slots fit.
+A resumed run continues in its own run directory: counters, optimizer, learning
+rate schedule and RNG states go on, and rows are appended to its CSVs.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ import sys
 
 import psutil
 
-from training.checkpoint import CheckpointError, load_checkpoint
-from training.learner import ActorFailure, Learner, env_options, slot_count
+from training.checkpoint import resolve_checkpoint_path
+from training.learner import Learner, env_options, slot_count
 from training.run_dir import RunDir
+from training.signals import StopSignal
+from workers.pool import ActorFailure
 from workers.slots import rollout_spec, spec_bytes
 from wrappers.envs import env_info
 
-# Settings a resumed run must share with its checkpoint (network shape, optimizer state).
-FIXED_ON_RESUME = ("env", "hidden_size", "frames_stacked", "optimizer")
+# Settings a resumed or tested agent must share with its checkpoint.
+FIXED = ("env", "hidden_size", "frames_stacked", "optimizer")
 
 
 def _fail(message: str) -> int:
@@ -32,11 +34,13 @@ def _fail(message: str) -> int:
 def preflight(cfg, checkpoint: dict | None) -> str | None:
     """None if the run can start, else the message of why not."""
     if checkpoint is not None:
-        for name in FIXED_ON_RESUME:
+        for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:3]:
             saved = checkpoint["config"][name]
             if saved != getattr(cfg, name):
                 return (f"--{name}: the checkpoint was trained with --{name}={saved}, which "
-                        f"cannot change when resuming; pass --{name}={saved}")
+                        f"cannot change; leave it out or pass --{name}={saved}")
+    if cfg.op_mode == "test":
+        return None
     info = env_info(cfg.env, env_options(cfg.to_dict()))
     spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions)
     need = spec_bytes(spec) * slot_count(cfg)
@@ -50,30 +54,37 @@ def preflight(cfg, checkpoint: dict | None) -> str | None:
     return None
 
 
-def run(cfg) -> int:
-    if cfg.op_mode == "test":
-        from training.evaluate import evaluate
-
-        return evaluate(cfg)
-    checkpoint = None
-    if cfg.op_mode == "train_w_load":
-        try:
-            checkpoint = load_checkpoint(cfg.load_model_url)
-        except CheckpointError as e:
-            return _fail(f"--load_model_url: {e}")
+def run(cfg, checkpoint: dict | None = None) -> int:
     problem = preflight(cfg, checkpoint)
     if problem:
         return _fail(problem)
-    run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
+    stop = StopSignal().install()
+    if cfg.op_mode == "test":
+        from training.evaluate import evaluate
+
+        return evaluate(cfg, checkpoint, stop)
+    if checkpoint is not None:
+        c = checkpoint["counters"]
+        run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict(),
+                         resume_path=os.path.dirname(os.path.abspath(
+                             resolve_checkpoint_path(cfg.load_model_url))),
+                         keep_rows=(c["episodes"], c["updates"]))
+        run_dir.log.info(f"resuming from {cfg.load_model_url} at {c['env_steps']:,} env steps, "
+                         f"{c['updates']:,} updates")
+    else:
+        run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
     learner = None
     status = 0
     try:
         learner = Learner(cfg, run_dir, checkpoint)
-        learner.run()
-    except KeyboardInterrupt:
-        run_dir.log.info("interrupted: stopping the actors and saving a checkpoint")
+        learner.run(stop_requested=stop)
+        if stop():
+            run_dir.log.info("stop requested: stopping the actors and saving a checkpoint")
     except ActorFailure as e:
         run_dir.log.error(str(e))
+        status = 1
+    except Exception:
+        run_dir.log.exception("the learner failed; saving what it can")
         status = 1
     finally:
         if learner is not None:
@@ -84,3 +95,4 @@ def run(cfg) -> int:
         run_dir.flush()
         run_dir.close()
     return status
+

@@ -193,17 +193,22 @@ class AtariBatchedEnv:
         episodes = self.tracker.update(reward, game_over)
         return StepResult(obs, reward, terminated, truncated, final_obs, episodes)
 
+    def frame(self, obs: np.ndarray, i: int) -> np.ndarray:
+        """What env `i` shows: the newest frame the agent sees, uint8 [84, 84]."""
+        return obs[i, -1]
+
     def close(self) -> None:
         self.env.close()
 
 
 class GymBatchedEnv:
-    def __init__(self, env_id: str, num_envs: int, seed: int):
+    def __init__(self, env_id: str, num_envs: int, seed: int, render: bool = False):
         self.env = gym.make_vec(
             env_id,
             num_envs=num_envs,
             vectorization_mode="sync",
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
+            **({"render_mode": "rgb_array"} if render else {}),
         )
         self.num_envs = num_envs
         self.num_actions = int(self.env.single_action_space.n)
@@ -229,6 +234,10 @@ class GymBatchedEnv:
         obs = obs.astype(np.float32)
         return StepResult(obs, reward, terminated, truncated, final_obs, episodes)
 
+    def frame(self, obs: np.ndarray, i: int) -> np.ndarray:
+        """What env `i` shows: its rgb_array render, uint8 [H, W, 3] (needs render=True)."""
+        return self.env.render()[i]
+
     def close(self) -> None:
         self.env.close()
 
@@ -241,8 +250,10 @@ def _import_prefix(env_id: str) -> str:
     return env_id
 
 
-def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int):
-    """An `AtariBatchedEnv` or `GymBatchedEnv` of `num_envs` copies of `env_id`."""
+def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int,
+                     render: bool = False):
+    """An `AtariBatchedEnv` or `GymBatchedEnv` of `num_envs` copies of `env_id`.
+    With `render`, `env.frame(obs, i)` gives a picture of env i."""
     env_id = _import_prefix(env_id)
     game = atari_game(env_id)
     if game is not None:
@@ -250,7 +261,7 @@ def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int)
         if sticky is None:
             sticky = 0.25 if env_id.startswith("ALE/") else 0.0
         return AtariBatchedEnv(game, num_envs, options, seed, sticky)
-    return GymBatchedEnv(env_id, num_envs, seed)
+    return GymBatchedEnv(env_id, num_envs, seed, render)
 
 
 def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
