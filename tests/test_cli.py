@@ -127,6 +127,18 @@ def test_test_mode_plays_a_saved_agent(results, cartpole_run):
     assert summary["mean"] == pytest.approx(sum(float(r["episode_return"]) for r in rows) / 5)
 
 
+def test_test_mode_greedy_with_render_records_a_video_headless(results, cartpole_run):
+    proc = run_main("--op_mode=test", f"--load_model_url={cartpole_run}", "--test_episode_count=4",
+                    "--test_policy=greedy", "--render", "--worker_count=2",
+                    f"--results_dir={results}", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    test_run = _only_run_dir(results)
+    assert "recorded the first 2 games" in proc.stdout  # of the first worker's 2
+    assert os.path.getsize(os.path.join(test_run, "test_video.mp4")) > 1000
+    summary = json.load(open(os.path.join(test_run, "test_summary.json")))
+    assert summary["episodes"] == 4 and summary["policy"] == "greedy"
+
+
 def test_actor_exception_stops_the_run_with_its_traceback(results):
     proc = run_main("--env=tests.counting_env:Exploding-v0", "--worker_count=2",
                     "--environment_max_steps=100000", f"--results_dir={results}", timeout=120)
