@@ -94,7 +94,22 @@ flags.DEFINE_integer("max_actor_restarts", 3,
 # --- replay --------------------------------------------------------------------
 flags.DEFINE_string("replay_parameters",
                     '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
-                    "JSON list of replays; their sample_ratio values sum to 1.")
+                    "JSON list of replays; their sample_ratio values sum to 1 (README: Replays).")
+flags.DEFINE_float("training_fill_in_factor", 0.05,
+                   "A standard/custom replay is ready once it holds this fraction of its "
+                   "capacity (and at least its share of a batch).")
+_define_bool("caching", False, "Prepare batches in a background thread.")
+flags.DEFINE_integer("cache_output_buffer_size", 2, "Batches prepared ahead with --caching.")
+_define_bool("checkpoint_replay", False,
+             "Save the contents of standard/custom replays in checkpoints (large: the log "
+             "says how large at start).")
+flags.DEFINE_float("clear_policy_cloning_weight", 0.0,
+                   "CLEAR: weight of KL(behaviour || current) on replayed rollouts; 0: off.")
+flags.DEFINE_float("clear_value_cloning_weight", 0.0,
+                   "CLEAR: weight of (V - V_behaviour)^2 on replayed rollouts; 0: off.")
+flags.DEFINE_float("kl_div_threshold", 0.0,
+                   "LASER-style mask: steps whose KL(behaviour || current) exceeds it are "
+                   "dropped from the traces and losses; 0: off.")
 
 # --- V-trace and losses ----------------------------------------------------------
 flags.DEFINE_float("gamma", 0.99, "Discount.")
@@ -158,6 +173,13 @@ class Config:
     learner_threads: int
     max_actor_restarts: int
     replay_parameters: str
+    training_fill_in_factor: float
+    caching: bool
+    cache_output_buffer_size: int
+    checkpoint_replay: bool
+    clear_policy_cloning_weight: float
+    clear_value_cloning_weight: float
+    kl_div_threshold: float
     gamma: float
     rho_const: float
     pg_rho_const: float
@@ -210,11 +232,12 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     for name in ("environment_max_steps", "batch_size", "r_f_steps", "worker_count",
                  "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
                  "hidden_size", "lr", "save_model_period", "status_interval",
-                 "test_episode_count", "keep_checkpoints"):
+                 "test_episode_count", "keep_checkpoints", "cache_output_buffer_size"):
         positive(name)
     for name in ("noop_threshold", "max_actor_restarts", "lr_end_value",
                  "gradient_clip_by_norm_threshold", "value_loss_weight",
-                 "entropy_loss_weight", "policy_gradient_loss_weight"):
+                 "entropy_loss_weight", "policy_gradient_loss_weight",
+                 "clear_policy_cloning_weight", "clear_value_cloning_weight", "kl_div_threshold"):
         if v[name] < 0:
             errors.append(f"--{name}: must be >= 0, got {v[name]}")
     if not 0 <= v["gamma"] <= 1:
@@ -222,6 +245,9 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):
         if v[name] <= 0:
             errors.append(f"--{name}: must be > 0, got {v[name]}")
+    if not 0 <= v["training_fill_in_factor"] <= 1:
+        errors.append(f"--training_fill_in_factor: must be in [0, 1], "
+                      f"got {v['training_fill_in_factor']}")
     if not 0 <= v["rmsprop_alpha"] < 1:
         errors.append(f"--rmsprop_alpha: must be in [0, 1), got {v['rmsprop_alpha']}")
     if v["lr_decay_power"] <= 0:

@@ -29,6 +29,11 @@ class LossConfig:
     c_const: float | None = 1.0  # c_bar, clips the trace
     clip_rewards: bool = True
     reward_clipping_method: str = "abs_one_sign"
+    # CLEAR (Rolnick et al., 2019): behaviour cloning on replayed rollouts only
+    clear_policy_cloning_weight: float = 0.0  # KL(behaviour || current)
+    clear_value_cloning_weight: float = 0.0  # (V(x) - V_behaviour(x))^2
+    # LASER-style trust region: drop steps with KL(behaviour || current) above it; 0: off
+    kl_div_threshold: float = 0.0
 
 
 def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
@@ -93,8 +98,16 @@ def impala_loss(
     values = values.view(t1, b)
 
     rewards, discounts = transition_targets(batch, cfg)
+    behaviour_logits = batch["logits"][:-1]
+    target_log_probs = F.log_softmax(logits[:-1], dim=-1)
+    behaviour_log_probs = F.log_softmax(behaviour_logits, dim=-1)
+    # KL(behaviour || current) per step [T, B]
+    kl = (behaviour_log_probs.exp() * (behaviour_log_probs - target_log_probs)).sum(-1)
+    mask = None
+    if cfg.kl_div_threshold > 0:
+        mask = (kl.detach() <= cfg.kl_div_threshold).float()
     vt = vtrace.from_logits(
-        behaviour_policy_logits=batch["logits"][:-1],
+        behaviour_policy_logits=behaviour_logits,
         target_policy_logits=logits[:-1],
         actions=batch["action"][:-1],
         discounts=discounts,
@@ -104,11 +117,13 @@ def impala_loss(
         clip_rho_threshold=cfg.rho_const,
         clip_pg_rho_threshold=cfg.pg_rho_const,
         clip_c_threshold=cfg.c_const,
+        mask=mask,
     )
-    pg_loss = -(vt.target_action_log_probs * vt.pg_advantages).mean()
-    value_loss = 0.5 * (vt.vs - values[:-1]).pow(2).mean()
-    log_probs = F.log_softmax(logits[:-1], dim=-1)
-    entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+    weight = torch.ones_like(kl) if mask is None else mask
+    denom = weight.sum().clamp(min=1.0)
+    pg_loss = -(vt.target_action_log_probs * vt.pg_advantages * weight).sum() / denom
+    value_loss = 0.5 * ((vt.vs - values[:-1]).pow(2) * weight).sum() / denom
+    entropy = -(target_log_probs.exp() * target_log_probs).sum(-1).mean()
     loss = (
         cfg.policy_gradient_loss_weight * pg_loss
         + cfg.value_loss_weight * value_loss
@@ -119,7 +134,19 @@ def impala_loss(
         "value_loss": value_loss.item(),
         "entropy": entropy.item(),
         "mean_rho": vt.log_rhos.exp().mean().item(),
+        "kl": kl.mean().item(),
     }
+    if mask is not None:
+        stats["masked_fraction"] = 1.0 - mask.mean().item()
+    replayed = batch.get("replayed")
+    if replayed is not None and replayed.any() and (
+            cfg.clear_policy_cloning_weight > 0 or cfg.clear_value_cloning_weight > 0):
+        cols = replayed.to(kl.device)
+        policy_cloning = kl[:, cols].mean()
+        value_cloning = (values[:-1, cols] - batch["value"][:-1, cols]).pow(2).mean()
+        loss = loss + cfg.clear_policy_cloning_weight * policy_cloning \
+            + cfg.clear_value_cloning_weight * value_cloning
+        stats.update(policy_cloning=policy_cloning.item(), value_cloning=value_cloning.item())
     return loss, stats
 
 

@@ -67,6 +67,7 @@ def from_importance_weights(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     clip_c_threshold: float | None = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> VTraceReturns:
     """V-trace targets from log importance weights.
 
@@ -79,6 +80,8 @@ def from_importance_weights(
         clip_rho_threshold: rho_bar, or None for no clipping.
         clip_pg_rho_threshold: clip of rho in the policy-gradient advantage, or None.
         clip_c_threshold: c_bar, or None for no clipping.
+        mask: optional [T, B], 0 where a step is dropped (too off-policy): its rho and
+            c become 0, so v_s = V(x_s) there and the trace stops at it.
     Returns:
         VTraceReturns with vs [T, B] and pg_advantages [T, B], float32, no grad.
     """
@@ -88,6 +91,9 @@ def from_importance_weights(
     rhos = torch.exp(log_rhos)
     clipped_rhos = _clip(rhos, clip_rho_threshold)
     cs = _clip(rhos, clip_c_threshold)
+    if mask is not None:
+        clipped_rhos = clipped_rhos * mask
+        cs = cs * mask
 
     values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
@@ -116,6 +122,7 @@ def from_logits(
     clip_rho_threshold: float | None = 1.0,
     clip_pg_rho_threshold: float | None = 1.0,
     clip_c_threshold: float | None = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> VTraceFromLogitsReturns:
     """V-trace targets from behaviour (mu) and target (pi) logits.
 
@@ -123,7 +130,7 @@ def from_logits(
         behaviour_policy_logits: float32 [T, B, A], mu's logits stored by the actor.
         target_policy_logits: float32 [T, B, A], pi's logits from the learner.
         actions: int64 [T, B], actions taken by mu.
-        discounts, rewards, values, bootstrap_value, clip_*: as in
+        discounts, rewards, values, bootstrap_value, clip_*, mask: as in
             `from_importance_weights`.
     Returns:
         VTraceFromLogitsReturns: vs, pg_advantages, log_rhos (all [T, B]) and the
@@ -142,6 +149,7 @@ def from_logits(
         clip_rho_threshold=clip_rho_threshold,
         clip_pg_rho_threshold=clip_pg_rho_threshold,
         clip_c_threshold=clip_c_threshold,
+        mask=mask,
     )
     return VTraceFromLogitsReturns(
         log_rhos=log_rhos,

@@ -1,54 +1,95 @@
 """Parse and check `--replay_parameters`, the seed platform's JSON replay language.
 
     [{"type": "queue", "capacity": 1, "sample_ratio": 0.5},
-     {"type": "standard", "capacity": 1000, "sample_ratio": 0.5}]
+     {"type": "custom", "capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm",
+      "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6,
+      "alfa_annealing_factor": 2.0}]
 
-`parse_replay_parameters` returns the entries and a list of every problem found,
-each naming the entry's index and key.
+`parse_replay_parameters` returns the entries, completed with their defaults, and a
+list of every problem found, each naming the entry's index and key.
 """
 
 from __future__ import annotations
 
 import json
 
-BUILT_TYPES = ("queue",)
-KNOWN_TYPES = ("queue", "standard", "custom", "elite")
-COMMON_KEYS = {"type", "capacity", "sample_ratio"}
+TYPES = ("queue", "standard", "custom", "elite")  # elite: an alias of custom
+COMMON = {"type": None, "capacity": 1, "sample_ratio": None}
+CUSTOM_DEFAULTS = {
+    "dist_function": "ln_norm",
+    "p": 2.0,
+    "sample_strategy": "elite_sampling",
+    "insert_strategy": "fifo",
+    "elite_sampling_strategy": "strategy3",
+    "lambda_batch_multiplier": 6.0,
+    "alfa_annealing_factor": 2.0,
+    "elite_batch_size": 32,
+}
+CHOICES = {
+    "dist_function": ("ln_norm", "cos_dist", "kl_div"),
+    "sample_strategy": ("elite_sampling", "attentive_sampling", "uniform"),
+    "insert_strategy": ("fifo", "elite_insertion"),
+    "elite_sampling_strategy": ("strategy1", "strategy2", "strategy3", "strategy4"),
+}
+
+
+def _number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _check_custom(i: int, e: dict, errors: list[str]) -> None:
+    for key, choices in CHOICES.items():
+        if e[key] not in choices:
+            errors.append(f"entry {i}: {key!r} must be one of {', '.join(choices)}, "
+                          f"got {e[key]!r}")
+    if not _number(e["p"]) or e["p"] <= 0:
+        errors.append(f"entry {i}: 'p' must be a number > 0, got {e['p']!r}")
+    if not _number(e["lambda_batch_multiplier"]) or e["lambda_batch_multiplier"] < 1:
+        errors.append(f"entry {i}: 'lambda_batch_multiplier' must be a number >= 1, "
+                      f"got {e['lambda_batch_multiplier']!r}")
+    if not _number(e["alfa_annealing_factor"]) or e["alfa_annealing_factor"] <= 0:
+        errors.append(f"entry {i}: 'alfa_annealing_factor' must be a number > 0, "
+                      f"got {e['alfa_annealing_factor']!r}")
+    ebs = e["elite_batch_size"]
+    if isinstance(ebs, bool) or not isinstance(ebs, int) or ebs < 1:
+        errors.append(f"entry {i}: 'elite_batch_size' must be an integer >= 1, got {ebs!r}")
 
 
 def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], list[str]]:
     errors: list[str] = []
     try:
-        entries = json.loads(text)
+        raw = json.loads(text)
     except json.JSONDecodeError as e:
         return [], [f"not valid JSON ({e}); expected a list like "
                     '\'[{"type": "queue", "capacity": 1, "sample_ratio": 1}]\'']
-    if not isinstance(entries, list) or not entries:
+    if not isinstance(raw, list) or not raw:
         return [], ["must be a non-empty JSON list of replay objects"]
-    ratios = []
-    for i, e in enumerate(entries):
-        where = f"entry {i}"
+    entries: list[dict] = []
+    for i, e in enumerate(raw):
         if not isinstance(e, dict):
-            errors.append(f"{where}: must be an object, got {e!r}")
+            errors.append(f"entry {i}: must be an object, got {e!r}")
             continue
         kind = e.get("type")
-        if kind not in KNOWN_TYPES:
-            errors.append(f"{where}: 'type' must be one of {', '.join(KNOWN_TYPES)}, got {kind!r}")
-        elif kind not in BUILT_TYPES:
-            errors.append(f"{where}: replay type {kind!r} is not available yet; use 'queue'")
-        for key in sorted(set(e) - COMMON_KEYS):
-            if kind in BUILT_TYPES:
-                errors.append(f"{where}: unknown key {key!r} for type {kind!r}")
-        cap = e.get("capacity", 1)
+        if kind not in TYPES:
+            errors.append(f"entry {i}: 'type' must be one of {', '.join(TYPES)}, got {kind!r}")
+            continue
+        kind = "custom" if kind == "elite" else kind
+        allowed = COMMON | (CUSTOM_DEFAULTS if kind == "custom" else {})
+        for key in sorted(set(e) - set(allowed)):
+            errors.append(f"entry {i}: unknown key {key!r} for type {e['type']!r}")
+        full = {**{k: v for k, v in allowed.items() if v is not None}, **e, "type": kind}
+        cap = full.get("capacity")
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-            errors.append(f"{where}: 'capacity' must be an integer >= 1, got {cap!r}")
-        ratio = e.get("sample_ratio")
-        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
-            errors.append(f"{where}: 'sample_ratio' must be a number in (0, 1], got {ratio!r}")
-        else:
-            ratios.append(float(ratio))
+            errors.append(f"entry {i}: 'capacity' must be an integer >= 1, got {cap!r}")
+        ratio = full.get("sample_ratio")
+        if not _number(ratio) or not 0 < ratio <= 1:
+            errors.append(f"entry {i}: 'sample_ratio' must be a number in (0, 1], got {ratio!r}")
+        if kind == "custom":
+            _check_custom(i, full, errors)
+        entries.append(full)
     if errors:
         return entries, errors
+    ratios = [float(e["sample_ratio"]) for e in entries]
     total = sum(ratios)
     if abs(total - 1.0) > 1e-6:
         errors.append(f"the sample_ratio values sum to {total:g}; they must sum to 1")
@@ -63,15 +104,7 @@ def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], lis
                     f"entry {i}: sample_ratio {ratios[i]:g} of batch_size {batch_size} "
                     "rounds to 0 rollouts; raise the ratio or the batch size"
                 )
+            elif entries[i]["type"] != "queue" and entries[i]["capacity"] < n:
+                errors.append(f"entry {i}: 'capacity' {entries[i]['capacity']} is below its "
+                              f"share of the batch ({n} rollouts)")
     return entries, errors
-
-
-def build_replays(entries: list[dict], pool) -> tuple[list, list[float]]:
-    from replay.queue import QueueReplay
-
-    replays, ratios = [], []
-    for e in entries:
-        if e["type"] == "queue":
-            replays.append(QueueReplay(pool, e.get("capacity", 1)))
-        ratios.append(float(e["sample_ratio"]))
-    return replays, ratios

@@ -1,14 +1,22 @@
-"""Compose every batch from several replays by `sample_ratio`.
+"""Compose every batch from several replays by `sample_ratio`, optionally in the
+background.
 
 Shares are `batch_size * ratio` rounded by largest remainder, so every batch has
 exactly `batch_size` rollouts and no ratio times batch size has to be an integer.
+A batch carries, besides its fields `[T+1, B, ...]`, `replayed`: bool [B], true for
+the columns that came from a replay other than the queue (CLEAR clones on these).
 """
 
 from __future__ import annotations
 
 import math
+import queue
+import threading
 
 import torch
+
+from replay.queue import QueueReplay
+from replay.storage_replay import StorageReplay
 
 
 def batch_shares(batch_size: int, ratios: list[float]) -> list[int]:
@@ -19,6 +27,23 @@ def batch_shares(batch_size: int, ratios: list[float]) -> list[int]:
     for i in order[: batch_size - sum(shares)]:
         shares[i] += 1
     return shares
+
+
+def build_replays(entries: list[dict], pool, spec: dict, unroll_length: int,
+                  pixel_stack: int | None, n_envs: int, fill_in_factor: float,
+                  features_fn, schedule_updates: float, seed: int = 0) -> list:
+    """One replay per parsed `--replay_parameters` entry."""
+    replays = []
+    for i, e in enumerate(entries):
+        if e["type"] == "queue":
+            replays.append(QueueReplay(pool, e["capacity"]))
+        else:
+            # FIFO storage: one chain of shared frames per env, plus restarted actors'
+            replays.append(StorageReplay(e, pool, spec, unroll_length, pixel_stack,
+                                         max_chain_heads=2 * n_envs, fill_in_factor=fill_in_factor,
+                                         features_fn=features_fn,
+                                         schedule_updates=schedule_updates, seed=seed + i))
+    return replays
 
 
 class BatchMixer:
@@ -41,12 +66,75 @@ class BatchMixer:
     def ready(self) -> bool:
         return all(r.ready(n) for r, n in zip(self.replays, self.shares, strict=True))
 
+    def set_updates(self, updates: int) -> None:
+        """Learner updates so far: the clock of lambda annealing."""
+        for r in self.replays:
+            if isinstance(r, StorageReplay):
+                r.set_updates(updates)
+
     def sample(self) -> dict[str, torch.Tensor]:
-        parts = [r.sample(n) for r, n in zip(self.replays, self.shares, strict=True) if n > 0]
-        if len(parts) == 1:
-            return parts[0]
-        return {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+        parts, replayed = [], []
+        for r, n in zip(self.replays, self.shares, strict=True):
+            if n > 0:
+                parts.append(r.sample(n))
+                replayed.append(torch.full((n,), not isinstance(r, QueueReplay)))
+        batch = parts[0] if len(parts) == 1 else \
+            {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+        batch["replayed"] = torch.cat(replayed)
+        return batch
 
     def release_all(self) -> None:
         for r in self.replays:
             r.release_all()
+
+    def state_dict(self, include_data: bool = False) -> list[dict]:
+        return [r.state_dict(include_data) if isinstance(r, StorageReplay) else r.state_dict()
+                for r in self.replays]
+
+    def load_state_dict(self, states: list[dict]) -> None:
+        for r, s in zip(self.replays, states, strict=True):
+            r.load_state_dict(s)
+
+
+class Prefetcher:
+    """Prepares batches in a background thread (`--caching`): up to `size` wait,
+    pinned when the learner is on a GPU so the copy to it can be non-blocking."""
+
+    def __init__(self, mixer: BatchMixer, size: int, pin_memory: bool = False):
+        self.mixer = mixer
+        self.batches: queue.Queue = queue.Queue(maxsize=size)
+        self.pin_memory = pin_memory
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="batch-prefetch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if not self.mixer.ready():
+                    self._stop.wait(0.002)
+                    continue
+                batch = self.mixer.sample()
+                if self.pin_memory:
+                    batch = {k: v.pin_memory() for k, v in batch.items()}
+                while not self._stop.is_set():
+                    try:
+                        self.batches.put(batch, timeout=0.05)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as e:  # noqa: BLE001 - surfaced to the learner by get()
+            self.error = e
+
+    def get(self, timeout: float) -> dict[str, torch.Tensor] | None:
+        if self.error is not None:
+            raise RuntimeError("batch preparation failed") from self.error
+        try:
+            return self.batches.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

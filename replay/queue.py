@@ -42,8 +42,8 @@ class QueueReplay:
         self.pool.release(self._indices)
         self._indices.clear()
 
-    def state_dict(self) -> dict:
-        return {}
+    def state_dict(self, include_data: bool = False) -> dict:
+        return {}  # holds only slots of fresh rollouts: refilled in seconds after a resume
 
     def load_state_dict(self, state: dict) -> None:
         del state

@@ -23,8 +23,8 @@ import torch.multiprocessing as mp
 
 from agents.impala import LossConfig, build_optimizer, impala_loss, polynomial_lr
 from agents.networks import build_model
-from replay.config import build_replays, parse_replay_parameters
-from replay.mixer import BatchMixer
+from replay.config import parse_replay_parameters
+from replay.mixer import BatchMixer, Prefetcher, build_replays
 from training.checkpoint import save_checkpoint
 from training.run_dir import RunDir
 from workers.actor import ActorConfig
@@ -56,6 +56,9 @@ def loss_config(cfg) -> LossConfig:
         c_const=cfg.c_const,
         clip_rewards=cfg.clip_rewards,
         reward_clipping_method=cfg.reward_clipping_method,
+        clear_policy_cloning_weight=cfg.clear_policy_cloning_weight,
+        clear_value_cloning_weight=cfg.clear_value_cloning_weight,
+        kl_div_threshold=cfg.kl_div_threshold,
     )
 
 
@@ -113,8 +116,19 @@ class Learner:
                             self.info.num_actions)
         self.slots = SlotPool(spec, num_slots=slot_count(cfg))
         entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
-        replays, ratios = build_replays(entries, self.slots)
-        self.mixer = BatchMixer(self.slots, replays, ratios, cfg.batch_size)
+        replays = build_replays(
+            entries, self.slots, spec, cfg.r_f_steps,
+            pixel_stack=self.info.obs_shape[0] if self.info.obs_dtype == "uint8" else None,
+            n_envs=cfg.worker_count * cfg.envs_per_worker,
+            fill_in_factor=cfg.training_fill_in_factor, features_fn=self.features,
+            schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
+            seed=cfg.seed)
+        self.mixer = BatchMixer(self.slots, replays, [e["sample_ratio"] for e in entries],
+                                cfg.batch_size)
+        self._log_replays()
+        if checkpoint is not None and "replays" in checkpoint:
+            self.mixer.load_state_dict(checkpoint["replays"])
+        self.prefetcher: Prefetcher | None = None
         self.weights = SharedWeights(self.model)
         self.weights.publish(self.model, self.counters.updates)
         actor_cfg = ActorConfig(
@@ -125,6 +139,26 @@ class Learner:
         )
         self.actors = ActorPool(mp.get_context("spawn"), actor_cfg, cfg.worker_count,
                                 self.slots, self.weights, self.log, cfg.max_actor_restarts)
+
+    @torch.no_grad()
+    def features(self, obs: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
+        """Current-policy features (logits) of obs [..., *obs_shape] -> float32 [..., A]."""
+        lead = obs.shape[: obs.dim() - len(self.info.obs_shape)]
+        flat = obs.reshape(-1, *self.info.obs_shape)
+        out = [self.model(flat[i:i + chunk].to(self.device))[0].float().cpu()
+               for i in range(0, flat.shape[0], chunk)]
+        return torch.cat(out).reshape(*lead, -1)
+
+    def _log_replays(self) -> None:
+        for i, r in enumerate(self.mixer.replays):
+            if hasattr(r, "storage"):
+                size = r.stored_bytes()
+                self.log.info(
+                    f"replay {i} ({r.kind}, {r.strategy}): {r.capacity} rollouts, "
+                    f"{size / 2**20:.1f} MiB, {r.storage.bytes_per_step():.0f} bytes per step"
+                    + ("" if self.cfg.checkpoint_replay else
+                       f"; not in checkpoints (--checkpoint_replay would add up to "
+                       f"{size / 2**20:.1f} MiB)"))
 
     def _restore(self, ckpt: dict) -> None:
         self.model.load_state_dict(ckpt["model"])
@@ -151,23 +185,36 @@ class Learner:
             f"device {self.device}, obs {self.info.obs_shape} {self.info.obs_dtype}"
         )
         self.actors.start()
+        if cfg.caching:
+            self.prefetcher = Prefetcher(self.mixer, cfg.cache_output_buffer_size,
+                                         pin_memory=self.device.type == "cuda")
         last_ckpt, last_check = self.counters.updates, 0.0
         while self.counters.env_steps < max_env_steps and not stop_requested():
             self.actors.grant()
-            self._receive(self.actors.poll(0.0 if self.mixer.ready() else 0.05))
+            self._receive(self.actors.poll(0.0 if self._batch_ready() else 0.05))
             if time.time() - last_check >= 1.0:
                 self.actors.check()
                 last_check = time.time()
-            if self.mixer.ready():
-                batch = self.mixer.sample()
-                if train:
-                    self._update(batch)
+            self.mixer.set_updates(self.counters.updates)
+            batch = self._next_batch()
+            if batch is not None and train:
+                self._update(batch)
             if time.time() - self._last_status[0] >= cfg.status_interval:
                 self._status()
             if self.counters.updates - last_ckpt >= cfg.save_model_period:
                 self.save()
                 last_ckpt = self.counters.updates
         self._status()
+
+    def _batch_ready(self) -> bool:
+        if self.prefetcher is not None:
+            return not self.prefetcher.batches.empty()
+        return self.mixer.ready()
+
+    def _next_batch(self) -> dict[str, torch.Tensor] | None:
+        if self.prefetcher is not None:
+            return self.prefetcher.get(timeout=0.0)
+        return self.mixer.sample() if self.mixer.ready() else None
 
     def _receive(self, rollouts) -> None:
         for indices, episodes in rollouts:
@@ -275,12 +322,15 @@ class Learner:
             "best_mean_return_100": None if math.isinf(best) else best,
             "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
                     "python": random.getstate()},
+            "replays": self.mixer.state_dict(include_data=self.cfg.checkpoint_replay),
             "env_info": dataclasses.asdict(self.info),
         }, keep=self.cfg.keep_checkpoints)
 
     # --- shutdown --------------------------------------------------------------
     def close(self) -> None:
         """Stop and join every actor; record the episodes they finished meanwhile."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         for indices, episodes in self.actors.close():
             self.slots.release(indices)
             self._record_episodes(episodes)

@@ -14,6 +14,8 @@ import sys
 
 import psutil
 
+from replay.config import parse_replay_parameters
+from replay.storage_replay import planned_bytes
 from training.checkpoint import resolve_checkpoint_path
 from training.learner import Learner, env_options, slot_count
 from training.run_dir import RunDir
@@ -43,14 +45,25 @@ def preflight(cfg, checkpoint: dict | None) -> str | None:
         return None
     info = env_info(cfg.env, env_options(cfg.to_dict()))
     spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions)
-    need = spec_bytes(spec) * slot_count(cfg)
-    room = psutil.virtual_memory().available
+    slots = spec_bytes(spec) * slot_count(cfg)
+    shm = psutil.virtual_memory().available
     if os.path.isdir("/dev/shm"):
-        room = min(room, shutil.disk_usage("/dev/shm").free)
-    if need > 0.8 * room:
+        shm = min(shm, shutil.disk_usage("/dev/shm").free)
+    if slots > 0.8 * shm:
         return (f"--r_f_steps / --worker_count / --envs_per_worker / --batch_size: the rollout "
-                f"slots need {need / 2**30:.2f} GiB of shared memory and {room / 2**30:.2f} GiB "
+                f"slots need {slots / 2**30:.2f} GiB of shared memory and {shm / 2**30:.2f} GiB "
                 "is free; make them smaller")
+    entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
+    stack = info.obs_shape[0] if info.obs_dtype == "uint8" else None
+    n_envs = cfg.worker_count * cfg.envs_per_worker
+    replays = [planned_bytes(e, spec, cfg.r_f_steps, stack, 2 * n_envs)
+               for e in entries if e["type"] != "queue"]
+    ram = psutil.virtual_memory().available
+    if slots + sum(replays) > 0.8 * ram:
+        sizes = ", ".join(f"{b / 2**30:.2f} GiB" for b in replays)
+        return (f"--replay_parameters: the replay capacities need {sizes} of memory (plus "
+                f"{slots / 2**30:.2f} GiB of rollout slots) and {ram / 2**30:.2f} GiB is "
+                "available; lower 'capacity'")
     return None
 
 

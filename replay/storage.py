@@ -1,0 +1,447 @@
+"""Fixed-capacity rollout storage for the replays, with frame sharing for stacked pixels.
+
+`RolloutStorage` keeps `capacity` rollouts in buffers allocated once. A rollout is
+one column of a gathered batch (time-major, `[T+1, B, ...]`, the row convention of
+`workers/slots.py`: row t holds x_t, row 0 repeats row T of the same env's previous
+rollout). `put(batch, column, position)` copies one column into rollout position
+`position`, replacing what was there; `get(positions)` returns a batch
+`[T+1, n, ...]`, a copy, equal to what was put.
+
+Plain fields (and `obs` of vector envs) are stored as they come, time-major
+`[T+1, capacity, ...]`: one `index_select` along dim 1 per field at `get` time.
+
+Stacked pixels (`pixel_stack=C`, obs `[T+1, B, C, H, W]`, usually uint8 84x84) are
+stored as single frames, each once, in a refcounted frame pool; a rollout keeps an
+int32 index array `[T+1, C]` into it and stacks are rebuilt by one gather at `get`.
+
+Frame resolution at `put`, entry (t, j) = frame j of the stack at row t:
+
+* an all-zero frame (the padding after a game reset) is the sentinel: pool index
+  `pool_frames`, a frame of zeros that is never freed (the "-1" of the design);
+* for t >= 1, if frame j equals frame j+1 of row t-1 (the stack shifted by one env
+  step), the entry reuses that entry's pool index;
+* otherwise the frame is *introduced*: rows 0 and the last C rows look it up (crc32 of
+  its bytes, then a byte comparison) among the frames that sit in the last row
+  ("tail") of a resident rollout, and reuse a match; everything else gets a new pool
+  frame. Two looked-up frames of one rollout with equal bytes share one new frame.
+
+Frames are compared as bytes, so every dtype comes back bit-exact.
+
+A consecutive rollout of the same env therefore finds its row-0 frames in its
+predecessor's tail while the predecessor is resident, and costs T new frames, not
+T + C. Every entry holds one reference (int32 refcount per pool frame); overwriting
+a position drops the old rollout's references and frees frames that reach 0.
+
+Pool size and its bound
+-----------------------
+The pool has `pool_frames = capacity * T + C * max_chain_heads` frames (+ the zero
+sentinel). Default `max_chain_heads`: `capacity // C` (at least 1) when T >= C, which
+keeps Atari at <= 7.5 KB per stored step; `capacity` when T < C. With
+`max_chain_heads >= capacity` the pool can never run out.
+
+Assumption (A), true of ale-py's frame stacking: at every row t >= 1 at most one
+entry is introduced (a shift brings one new frame; a reset row is `[0, .., 0, f]`).
+
+Rollouts of one env are put in the order they were produced (each at most once).
+The *predecessor* of r is the previous rollout of r's env (its row T stack is r's
+row 0 stack); a resident r is a *chain head* if its predecessor is not resident. Let
+R be the resident set and H the number of chain heads in it.
+
+Claim: under (A) and T >= C, the frames in use never exceed T * |R| + C * H, so a
+`put` cannot fail while H <= max_chain_heads.
+
+Proof. Invariant (I): the frames referenced by tails of resident rollouts are
+pairwise different in content. It holds initially; a `put` gives its tail only
+frames that were looked up (entries of row T were introduced in rows > T - C, or
+shifted from them), so each is either the resident tail frame with that content or
+a new frame whose content no resident tail has, and two new ones never repeat
+content; removing a rollout keeps (I). Let N(r) be the frames of r's entries
+introduced at rows 1..T: |N(r)| <= T by (A). By induction on t, every frame of
+row t is in N(r) or is row 0's entry j + t, which exists only if j + t <= C - 1;
+with T >= C every frame of row T is in N(r). If r has a predecessor p, it was
+resident when r was put (p is older than r and still resident), so each row-0
+frame of r was looked up and, by (I), resolved to the frame of p's tail with that
+content: row0(r) is within tail(p), within N(p). Frames are freed exactly when no
+entry references them, so the frames in use are the union over r in R of
+row0(r) and N(r), within the union of N(r) over R plus the row-0 frames of the
+chain heads: at most T * |R| + C * H. QED.
+
+With FIFO overwriting (the oldest position is replaced) and E envs whose every
+rollout is put, in order, the chain heads are the oldest resident rollout of each env, so
+H <= E: pass `max_chain_heads >= E` (the number of envs feeding the storage). A
+replay that keeps only some rollouts of an env, or evicts out of order, makes more
+heads; size it for that (`max_chain_heads=capacity` is always safe, 8.4 KB/step for
+Atari at T=20). Rows that break (A) (not shifted, not reset-padded) cost up to C
+frames each. If a `put` would need more free frames than there are,
+`FramePoolExhaustedError` is raised before anything changes: the storage stays as
+it was, the rollout is not stored.
+"""
+
+from __future__ import annotations
+
+import threading
+import zlib
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+_HASH_MASK = 0x7FFFFFFF  # crc32 folded to int32 >= 0; -1 marks "no frame"
+
+
+class FramePoolExhaustedError(RuntimeError):
+    """A `put` needs more pool frames than are free (more chain heads than sized for)."""
+
+
+def _frame_hash(frame) -> int:
+    """crc32 of a contiguous numpy byte row, as a non-negative int32."""
+    return zlib.crc32(frame) & _HASH_MASK
+
+
+class RolloutStorage:
+    """`capacity` rollouts of `unroll_length` steps, allocated once; thread-safe.
+
+    Args:
+        capacity: number of rollouts held (positions 0 .. capacity-1).
+        unroll_length: T; every field has T+1 rows.
+        field_specs: field -> (shape, dtype) in the format of
+            `workers.slots.rollout_spec(T, ...)`: the shape of one rollout *including*
+            its leading T+1 rows, e.g. "obs": ((T+1, 4, 84, 84), torch.uint8),
+            "logits": ((T+1, A), torch.float32), "action": ((T+1,), torch.int64).
+        pixel_stack: C, the frames stacked in each obs `[C, *frame_shape]`; frames are
+            then stored once each (see the module docstring). None: obs is a plain field.
+        max_chain_heads: pool sizing, see the module docstring (default capacity // C
+            when T >= C, else capacity; values above capacity count as capacity, which
+            never runs out); ignored without `pixel_stack`.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        unroll_length: int,
+        field_specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
+        pixel_stack: int | None = None,
+        max_chain_heads: int | None = None,
+    ):
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if unroll_length < 1:
+            raise ValueError(f"unroll_length must be >= 1, got {unroll_length}")
+        self.capacity = int(capacity)
+        self.unroll_length = t = int(unroll_length)
+        t1 = t + 1
+        self._specs: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
+        for name, (shape, dtype) in field_specs.items():
+            shape = tuple(int(s) for s in shape)
+            if not shape or shape[0] != t1:
+                raise ValueError(
+                    f"field {name!r}: shape {shape} must start with unroll_length + 1 = {t1} "
+                    "(the format of workers.slots.rollout_spec)"
+                )
+            self._specs[name] = (shape[1:], dtype)
+        self._lock = threading.Lock()
+        self._resident = torch.zeros(self.capacity, dtype=torch.bool)
+        self._resident_np = self._resident.numpy()
+        self.pixel_stack = None if pixel_stack is None else int(pixel_stack)
+        plain = dict(self._specs)
+        if pixel_stack is not None:
+            c = int(pixel_stack)
+            if "obs" not in self._specs:
+                raise ValueError("pixel_stack needs an 'obs' field")
+            row_shape, obs_dtype = self._specs["obs"]
+            if len(row_shape) < 2 or row_shape[0] != c:
+                raise ValueError(
+                    f"pixel_stack={c}: obs rows must be [C, *frame_shape] with C = {c}, "
+                    f"got {row_shape}"
+                )
+            if max_chain_heads is None:
+                max_chain_heads = self.capacity if t < c else max(1, self.capacity // c)
+            if max_chain_heads < 1:
+                raise ValueError(f"max_chain_heads must be >= 1, got {max_chain_heads}")
+            self.max_chain_heads = min(int(max_chain_heads), self.capacity)
+            self.frame_shape = tuple(row_shape[1:])
+            self.pool_frames = f = self.capacity * t + c * self.max_chain_heads
+            if f + 1 >= 2**31:
+                raise ValueError(f"a pool of {f} frames does not fit int32 indices")
+            self._sentinel = f
+            # frames are written before they are read; only the sentinel must be zeros
+            self._pool = torch.empty((f + 1, *self.frame_shape), dtype=obs_dtype)
+            self._pool[f].zero_()
+            self._refcount = torch.zeros(f + 1, dtype=torch.int32)
+            self._free = torch.arange(f - 1, -1, -1, dtype=torch.int32)  # a stack, top at end
+            self._n_free = f
+            self._index = torch.full((t1, self.capacity, c), f, dtype=torch.int32)
+            self._tail_hash = torch.full((self.capacity, c), -1, dtype=torch.int32)
+            # numpy views sharing the tensors' memory, for the bookkeeping at `put`
+            self._pool_np = self._pool.view(f + 1, -1).view(torch.uint8).numpy()
+            self._refcount_np = self._refcount.numpy()
+            self._free_np = self._free.numpy()
+            self._index_np = self._index.numpy()
+            self._tail_np = self._tail_hash.numpy()
+            del plain["obs"]
+        else:
+            self.max_chain_heads = None
+            self.pool_frames = 0
+        self._buffers = {
+            name: torch.zeros((t1, self.capacity, *row_shape), dtype=dtype)
+            for name, (row_shape, dtype) in plain.items()
+        }
+
+    # ------------------------------------------------------------------ writing
+
+    def put(self, batch: Mapping[str, torch.Tensor], column: int, position: int) -> None:
+        """Store column `column` of `batch` at rollout position `position`.
+
+        Args:
+            batch: field -> CPU tensor `[T+1, B, *row_shape]` of the spec's dtype
+                (extra fields are ignored).
+            column: which of the B rollouts to store.
+            position: 0 <= position < capacity; the rollout there is replaced.
+        Raises:
+            FramePoolExhaustedError: the frame pool is short (nothing is changed).
+        """
+        if not 0 <= position < self.capacity:
+            raise IndexError(f"position {position} is outside 0..{self.capacity - 1}")
+        rows = {}
+        for name, (row_shape, dtype) in self._specs.items():
+            if name not in batch:
+                raise KeyError(f"batch lacks field {name!r}")
+            x = batch[name]
+            if x.shape[:1] != (self.unroll_length + 1,) or tuple(x.shape[2:]) != row_shape \
+                    or x.dim() != 2 + len(row_shape) or x.dtype != dtype:
+                raise ValueError(
+                    f"field {name!r}: expected [{self.unroll_length + 1}, B, "
+                    f"{', '.join(map(str, row_shape))}] {dtype}, got {list(x.shape)} {x.dtype}"
+                )
+            if not 0 <= column < x.shape[1]:
+                raise IndexError(f"column {column} is outside 0..{x.shape[1] - 1}")
+            rows[name] = x[:, column]
+        plan = self._plan_frames(rows["obs"]) if self.pixel_stack is not None else None
+        with self._lock:
+            if plan is not None:
+                self._store_frames(plan, position)
+            for name, buf in self._buffers.items():
+                buf[:, position] = rows[name]
+            self._resident[position] = True
+
+    def _plan_frames(self, obs: torch.Tensor):
+        """Resolve the entries of one rollout's obs `[T+1, C, *frame_shape]` among
+        themselves (no pool access, so outside the lock).
+
+        Frames are compared as bytes: uint8 reductions are the fast ones, and float
+        frames come back bit-exact. Returns (raw: uint8 ndarray [(T+1)*C, bytes per
+        frame]; codes: int64 ndarray [(T+1)*C], -1 for a zero frame, else the number
+        r of a representative frame; reps: the raw row of each r; hashes: crc of each
+        r, -1 where r is not looked up; tail: the hashes of row T's entries).
+        """
+        t, c = self.unroll_length, self.pixel_stack
+        t1 = t + 1
+        # numpy, single-threaded: torch's intra-op threads stall on a busy machine
+        raw = np.ascontiguousarray(
+            (obs if obs.dtype == torch.uint8 else obs.view(torch.uint8)).numpy())
+        flat = raw.reshape(t1, c, -1)
+        raw = raw.reshape(t1 * c, -1)
+        nonzero = flat.any(-1).tolist()
+        shifted = (~(flat[1:, :-1] ^ flat[:-1, 1:]).any(-1)).tolist() if c > 1 else None
+        codes = [-1] * (t1 * c)
+        reps: list[int] = []
+        hashes: list[int] = []
+        local: dict[int, list[int]] = {}
+        for row in range(t1):
+            looked_up = row == 0 or row > t - c
+            for j in range(c):
+                k = row * c + j
+                if not nonzero[row][j]:
+                    continue
+                if row > 0 and j < c - 1 and shifted[row - 1][j]:
+                    codes[k] = codes[k - c + 1]
+                    continue
+                h = -1
+                if looked_up:
+                    h = _frame_hash(raw[k])
+                    same = [r for r in local.get(h, ()) if np.array_equal(raw[reps[r]], raw[k])]
+                    if same:
+                        codes[k] = same[0]
+                        continue
+                    local.setdefault(h, []).append(len(reps))
+                codes[k] = len(reps)
+                reps.append(k)
+                hashes.append(h)
+        tail = [hashes[codes[t * c + j]] if codes[t * c + j] >= 0 else -1 for j in range(c)]
+        return raw, np.array(codes, dtype=np.int64), reps, hashes, tail
+
+    def _store_frames(self, plan, position: int) -> None:
+        """Look the planned frames up in the resident tails, then commit (under the lock).
+
+        Bookkeeping runs on numpy views of the tensors (far less per-call overhead).
+        """
+        raw, codes, reps, hashes, tail = plan
+        t, c, sent = self.unroll_length, self.pixel_stack, self._sentinel
+        pool, rc, free = self._pool_np, self._refcount_np, self._free_np
+        index, tails = self._index_np, self._tail_np
+        rep_pool = [-1] * len(reps)  # pool frame of each representative, -1: a new one
+        query: dict[int, list[int]] = {}
+        for r, h in enumerate(hashes):
+            if h >= 0:
+                query.setdefault(h, []).append(r)
+        if query:
+            tail_flat = tails.reshape(-1)
+            keys = iter(query)
+            found = tail_flat == next(keys)
+            for h in keys:
+                found |= tail_flat == h
+            hits = np.flatnonzero(found)
+            if hits.size:
+                pis = index[t].reshape(-1)[hits].tolist()
+                for h, pi in set(zip(tail_flat[hits].tolist(), pis, strict=True)):
+                    for r in query[h]:
+                        if rep_pool[r] < 0 and np.array_equal(pool[pi], raw[reps[r]]):
+                            rep_pool[r] = pi
+        new = [r for r, p in enumerate(rep_pool) if p < 0]
+        rep_pool_a = np.array(rep_pool + [sent], dtype=np.int64)  # code -1 -> sentinel
+        ent = rep_pool_a[codes]  # -1 where a new frame goes
+        old = np.empty(0, dtype=np.int64)
+        if self._resident_np[position]:
+            old = index[:, position].reshape(-1).astype(np.int64)
+            old = old[old != sent]
+        if len(new) > self._n_free:
+            freeable = 0
+            if old.size:
+                u, count = np.unique(old, return_counts=True)
+                reused = set(rep_pool)
+                freeable = sum(1 for f in u[rc[u] == count].tolist() if f not in reused)
+            if len(new) > self._n_free + freeable:
+                raise FramePoolExhaustedError(
+                    f"the frame pool ({self.pool_frames} frames = capacity {self.capacity} x "
+                    f"T {t} + C {c} x max_chain_heads {self.max_chain_heads}) has "
+                    f"{self._n_free + freeable} free frames, this rollout needs {len(new)}. "
+                    "More rollouts are stored without their env's previous rollout than "
+                    "max_chain_heads allows (see replay/storage.py); raise max_chain_heads "
+                    "(capacity is always enough)"
+                )
+        # commit: nothing below can fail. References to reused frames go first, so
+        # that dropping the old rollout cannot free them.
+        np.add.at(rc, ent[(ent >= 0) & (ent != sent)], 1)
+        if old.size:
+            np.add.at(rc, old, -1)
+            freed = np.unique(old[rc[old] == 0])
+            free[self._n_free:self._n_free + freed.size] = freed
+            self._n_free += freed.size
+        if new:
+            self._n_free -= len(new)
+            ids = free[self._n_free:self._n_free + len(new)].astype(np.int64)
+            pool[ids] = raw[[reps[r] for r in new]]
+            rep_pool_a[new] = ids
+            is_new = ent == -1
+            ent = rep_pool_a[codes]
+            np.add.at(rc, ent[is_new], 1)
+        index[:, position] = ent.reshape(t + 1, c)
+        tails[position] = tail
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, positions) -> dict[str, torch.Tensor]:
+        """The rollouts at `positions` (int64 [n]) as a batch `[T+1, n, ...]` (a copy).
+
+        Raises IndexError for a position out of range or never written.
+        """
+        positions = torch.as_tensor(positions, dtype=torch.int64).reshape(-1)
+        n = positions.numel()
+        with self._lock:
+            if n and (int(positions.min()) < 0 or int(positions.max()) >= self.capacity):
+                raise IndexError(f"positions must lie in 0..{self.capacity - 1}")
+            if not bool(self._resident[positions].all()):
+                bad = positions[~self._resident[positions]].tolist()
+                raise IndexError(f"positions {bad} were never written")
+            out = {}
+            for name in self._specs:
+                if name == "obs" and self.pixel_stack is not None:
+                    # numpy's single-threaded take: torch's threads stall on a busy machine
+                    ent = self._index_np[:, positions.numpy()]  # [T+1, n, C] int32
+                    frames = torch.from_numpy(np.take(self._pool_np, ent.reshape(-1), axis=0))
+                    out[name] = frames.view(self._pool.dtype).view(
+                        self.unroll_length + 1, n, self.pixel_stack, *self.frame_shape)
+                else:
+                    out[name] = self._buffers[name].index_select(1, positions)
+        return out
+
+    def __len__(self) -> int:
+        """Number of positions holding a rollout."""
+        return int(self._resident.sum())
+
+    def resident_positions(self) -> torch.Tensor:
+        """int64 [len(self)]: the positions holding a rollout, ascending."""
+        with self._lock:
+            return self._resident.nonzero().squeeze(1)
+
+    def frames_in_use(self) -> int:
+        """Pool frames referenced by stored rollouts (0 without `pixel_stack`)."""
+        return self.pool_frames - self._n_free if self.pixel_stack is not None else 0
+
+    def _tensors(self) -> list[torch.Tensor]:
+        extra = []
+        if self.pixel_stack is not None:
+            extra = [self._pool, self._refcount, self._free, self._index, self._tail_hash]
+        return [*self._buffers.values(), self._resident, *extra]
+
+    def nbytes(self) -> int:
+        """Bytes of every tensor the storage allocated."""
+        return sum(x.numel() * x.element_size() for x in self._tensors())
+
+    def bytes_per_step(self) -> float:
+        """`nbytes() / (capacity * T)`: allocated bytes per stored env step."""
+        return self.nbytes() / (self.capacity * self.unroll_length)
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def _meta(self) -> dict:
+        return {
+            "capacity": self.capacity,
+            "unroll_length": self.unroll_length,
+            "pixel_stack": self.pixel_stack,
+            "max_chain_heads": self.max_chain_heads,
+            "fields": {k: (list(s), str(d)) for k, (s, d) in self._specs.items()},
+        }
+
+    def state_dict(self) -> dict:
+        """Copies of the contents plus the metadata `load_state_dict` checks.
+
+        Only the pool frames in use are saved (`frame_ids`, `frames`).
+        """
+        with self._lock:
+            state = {
+                "meta": self._meta(),
+                "resident": self._resident.clone(),
+                "buffers": {k: v.clone() for k, v in self._buffers.items()},
+            }
+            if self.pixel_stack is not None:
+                ids = (self._refcount[: self.pool_frames] > 0).nonzero().squeeze(1)
+                state.update(
+                    frame_ids=ids,
+                    frames=self._pool.index_select(0, ids),
+                    refcount=self._refcount.clone(),
+                    free=self._free.clone(),
+                    n_free=self._n_free,
+                    index=self._index.clone(),
+                    tail_hash=self._tail_hash.clone(),
+                )
+            return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what `state_dict` returned; the storage must be built the same way."""
+        if state["meta"] != self._meta():
+            raise ValueError(
+                f"storage state does not match this storage: saved {state['meta']}, "
+                f"this one {self._meta()}"
+            )
+        with self._lock:
+            self._resident.copy_(state["resident"])
+            for k, v in self._buffers.items():
+                v.copy_(state["buffers"][k])
+            if self.pixel_stack is not None:
+                self._pool.index_copy_(0, state["frame_ids"], state["frames"])
+                self._refcount.copy_(state["refcount"])
+                self._free.copy_(state["free"])
+                self._n_free = int(state["n_free"])
+                self._index.copy_(state["index"])
+                self._tail_hash.copy_(state["tail_hash"])

@@ -1,0 +1,187 @@
+"""The `standard` and `custom` replays: a RolloutStorage plus an insertion rule and a
+sampling strategy (dopamine's split of storage from the sampling distribution).
+
+* standard: FIFO ring buffer, uniform sampling without replacement within a batch.
+* custom (alias elite), by `sample_strategy`:
+  - uniform: as standard;
+  - elite_sampling: draw lambda*n distinct candidates uniformly, recompute their
+    features with the *current* policy in one batched no-grad pass, measure the
+    distance to the features the behaviour policy stored (its logits), and pick n by
+    `elite_sampling_strategy` 1-4 (replay/sampling.py);
+  - attentive_sampling (Sun et al., 2020): the same, with the distance of each
+    candidate to the states the actors visit now (the newest observations they
+    sent), in feature space.
+  lambda anneals from `lambda_batch_multiplier` to 1 over `alfa_annealing_factor` x
+  the learning-rate schedule length, counted in learner updates (`set_updates`).
+  `insert_strategy=elite_insertion`: once full, the most off-policy of
+  `elite_batch_size` random residents is overwritten instead of the oldest.
+
+A replay copies what it keeps out of the shared slot at `add`, so the slot is free
+again at once: slot lifetime never depends on replay capacity.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+
+import torch
+
+from replay import sampling
+from replay.storage import FramePoolExhaustedError, RolloutStorage
+
+RECENT_STATES = 64  # newest observations kept for attentive sampling
+
+
+def planned_bytes(entry: dict, spec: dict, unroll_length: int, pixel_stack: int | None,
+                  max_chain_heads: int) -> int:
+    """Bytes a StorageReplay of `entry` will allocate (RolloutStorage's layout)."""
+    cap, t1 = entry["capacity"], unroll_length + 1
+    total = 0
+    for name, (shape, dtype) in spec.items():
+        row = math.prod(shape[1:]) * torch.empty(0, dtype=dtype).element_size()
+        if name == "obs" and pixel_stack:
+            heads = cap if entry.get("insert_strategy") == "elite_insertion" else \
+                min(cap, max_chain_heads)
+            frame = row // pixel_stack
+            frames = cap * unroll_length + pixel_stack * heads + 1
+            total += frames * (frame + 8) + t1 * cap * pixel_stack * 4 + cap * pixel_stack * 4
+        else:
+            total += t1 * cap * row
+    return total
+
+
+class StorageReplay:
+    def __init__(self, entry: dict, pool, spec: dict, unroll_length: int,
+                 pixel_stack: int | None, max_chain_heads: int, fill_in_factor: float,
+                 features_fn=None, schedule_updates: float = 1.0, seed: int = 0):
+        """
+        Args:
+            entry: a parsed `--replay_parameters` entry (type standard or custom).
+            pool: the SlotPool (gather / release).
+            spec: `workers.slots.rollout_spec(...)`.
+            pixel_stack: frames per stacked obs (Atari), or None.
+            max_chain_heads: storage frame-pool sizing (see replay/storage.py).
+            features_fn: obs [..., *obs_shape] -> float32 [..., K] under the current
+                policy (no grad); needed by elite and attentive sampling and insertion.
+            schedule_updates: the learning-rate schedule length in learner updates.
+        """
+        self.entry = entry
+        self.pool = pool
+        self.capacity = entry["capacity"]
+        self.kind = entry["type"]
+        self.strategy = entry.get("sample_strategy", "uniform") if self.kind == "custom" \
+            else "uniform"
+        self.insert = entry.get("insert_strategy", "fifo")
+        self.fill_in = max(1, int(fill_in_factor * self.capacity))
+        if self.insert == "elite_insertion":
+            max_chain_heads = self.capacity  # out-of-order eviction: any rollout may head
+        self.storage = RolloutStorage(self.capacity, unroll_length, spec, pixel_stack,
+                                      max_chain_heads)
+        self.features_fn = features_fn
+        self.schedule_updates = schedule_updates
+        self.counts = torch.zeros(self.capacity, dtype=torch.int64)
+        self.next_position = 0
+        self.updates = 0
+        self.dropped = 0  # rollouts the frame pool had no room for
+        self.generator = torch.Generator().manual_seed(seed)
+        self.lock = threading.Lock()
+        obs_shape, obs_dtype = spec["obs"]
+        self.recent = torch.zeros((RECENT_STATES, *obs_shape[1:]), dtype=obs_dtype)
+        self.recent_count = 0
+
+    # --- inserting -------------------------------------------------------------
+    def add(self, index: int) -> bool:
+        """Copy slot `index` into the storage; False: the slot is not kept."""
+        batch = self.pool.gather(torch.tensor([index]))
+        with self.lock:
+            self.recent[self.recent_count % RECENT_STATES] = batch["obs"][-1, 0]
+            self.recent_count += 1
+            position = self._insert_position()
+            try:
+                self.storage.put(batch, 0, position)
+            except FramePoolExhaustedError:
+                self.dropped += 1
+                return False
+            self.counts[position] = 0
+            if position == self.next_position:
+                self.next_position = (self.next_position + 1) % self.capacity
+        return False
+
+    def _insert_position(self) -> int:
+        if self.insert == "fifo" or len(self.storage) < self.capacity:
+            return self.next_position
+        resident = self.storage.resident_positions()
+        k = min(self.entry["elite_batch_size"], len(resident))
+        cand = resident[sampling.draw_candidates(len(resident), k, self.generator)]
+        return int(cand[int(torch.argmax(self._distances(self.storage.get(cand))))])
+
+    # --- sampling ----------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.storage)
+
+    def ready(self, n: int) -> bool:
+        return len(self.storage) >= max(n, self.fill_in)
+
+    def set_updates(self, updates: int) -> None:
+        self.updates = updates
+
+    def current_lambda(self) -> float:
+        if self.strategy == "uniform":
+            return 1.0
+        return sampling.annealed_lambda(self.entry["lambda_batch_multiplier"], self.updates,
+                                        self.schedule_updates, self.entry["alfa_annealing_factor"])
+
+    def _distances(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """float32 [M]: how off-policy (elite) or how far from now (attentive) each is."""
+        current = self.features_fn(batch["obs"])
+        if self.strategy == "attentive_sampling":
+            n = min(self.recent_count, RECENT_STATES)
+            return sampling.attentive_distances(current, self.features_fn(self.recent[:n]))
+        behaviour = batch["logits"]
+        if self.entry["dist_function"] == "ln_norm":
+            return sampling.ln_norm(behaviour, current, self.entry["p"])
+        return sampling.DISTANCES[self.entry["dist_function"]](behaviour, current)
+
+    def sample(self, n: int) -> dict[str, torch.Tensor]:
+        """n rollouts as a batch `[T+1, n, ...]`."""
+        with self.lock:
+            resident = self.storage.resident_positions()
+            m = sampling.candidate_count(n, self.current_lambda(), len(resident))
+            cand = resident[sampling.draw_candidates(len(resident), m, self.generator)]
+            batch = self.storage.get(cand)
+            if self.strategy == "uniform":
+                pick = torch.arange(n) % m
+            else:
+                number = int(self.entry["elite_sampling_strategy"][-1])
+                pick = sampling.select(number, self._distances(batch), self.counts[cand], n)
+            self.counts.index_add_(0, cand[pick], torch.ones(n, dtype=torch.int64))
+        if m == n and torch.equal(pick, torch.arange(n)):
+            return batch
+        return {k: v.index_select(1, pick) for k, v in batch.items()}
+
+    def release_all(self) -> None:
+        pass  # holds no slot
+
+    # --- checkpoints ---------------------------------------------------------------
+    def stored_bytes(self) -> int:
+        return self.storage.nbytes()
+
+    def state_dict(self, include_data: bool = False) -> dict:
+        state = {"counts": self.counts.clone(), "next_position": self.next_position,
+                 "updates": self.updates, "lambda": self.current_lambda(),
+                 "recent": self.recent.clone(), "recent_count": self.recent_count,
+                 "generator": self.generator.get_state()}
+        if include_data:
+            state["storage"] = self.storage.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.counts.copy_(state["counts"])
+        self.next_position = state["next_position"]
+        self.updates = state["updates"]
+        self.recent.copy_(state["recent"])
+        self.recent_count = state["recent_count"]
+        self.generator.set_state(state["generator"])
+        if "storage" in state:
+            self.storage.load_state_dict(state["storage"])
