@@ -24,6 +24,7 @@ CUSTOM_DEFAULTS = {
     "lambda_batch_multiplier": 6.0,
     "alfa_annealing_factor": 2.0,
     "elite_batch_size": 32,
+    "feature_steps": 4,
 }
 CHOICES = {
     "dist_function": ("ln_norm", "cos_dist", "kl_div"),
@@ -50,6 +51,9 @@ def _check_custom(i: int, e: dict, errors: list[str]) -> None:
     if not _number(e["alfa_annealing_factor"]) or e["alfa_annealing_factor"] <= 0:
         errors.append(f"entry {i}: 'alfa_annealing_factor' must be a number > 0, "
                       f"got {e['alfa_annealing_factor']!r}")
+    fs = e["feature_steps"]
+    if isinstance(fs, bool) or not isinstance(fs, int) or fs < 1:
+        errors.append(f"entry {i}: 'feature_steps' must be an integer >= 1, got {fs!r}")
     ebs = e["elite_batch_size"]
     if isinstance(ebs, bool) or not isinstance(ebs, int) or ebs < 1:
         errors.append(f"entry {i}: 'elite_batch_size' must be an integer >= 1, got {ebs!r}")

@@ -340,13 +340,17 @@ class RolloutStorage:
 
     # ------------------------------------------------------------------ reading
 
-    def get(self, positions) -> dict[str, torch.Tensor]:
+    def get(self, positions, rows=None, fields=None) -> dict[str, torch.Tensor]:
         """The rollouts at `positions` (int64 [n]) as a batch `[T+1, n, ...]` (a copy).
 
+        `rows` (int64 [R], optional) keeps only those time rows (`[R, n, ...]`), and
+        `fields` only those fields: what a distance needs, without copying the rest.
         Raises IndexError for a position out of range or never written.
         """
         positions = torch.as_tensor(positions, dtype=torch.int64).reshape(-1)
         n = positions.numel()
+        rows_np = None if rows is None else torch.as_tensor(rows, dtype=torch.int64).numpy()
+        n_rows = self.unroll_length + 1 if rows_np is None else len(rows_np)
         with self._lock:
             if n and (int(positions.min()) < 0 or int(positions.max()) >= self.capacity):
                 raise IndexError(f"positions must lie in 0..{self.capacity - 1}")
@@ -354,15 +358,18 @@ class RolloutStorage:
                 bad = positions[~self._resident[positions]].tolist()
                 raise IndexError(f"positions {bad} were never written")
             out = {}
-            for name in self._specs:
+            for name in self._specs if fields is None else fields:
                 if name == "obs" and self.pixel_stack is not None:
                     # numpy's single-threaded take: torch's threads stall on a busy machine
-                    ent = self._index_np[:, positions.numpy()]  # [T+1, n, C] int32
+                    index = self._index_np if rows_np is None else self._index_np[rows_np]
+                    ent = index[:, positions.numpy()]  # [R, n, C] int32
                     frames = torch.from_numpy(np.take(self._pool_np, ent.reshape(-1), axis=0))
                     out[name] = frames.view(self._pool.dtype).view(
-                        self.unroll_length + 1, n, self.pixel_stack, *self.frame_shape)
+                        n_rows, n, self.pixel_stack, *self.frame_shape)
                 else:
-                    out[name] = self._buffers[name].index_select(1, positions)
+                    buf = self._buffers[name] if rows_np is None else \
+                        self._buffers[name][torch.from_numpy(rows_np)]
+                    out[name] = buf.index_select(1, positions)
         return out
 
     def __len__(self) -> int:

@@ -11,6 +11,10 @@ sampling strategy (dopamine's split of storage from the sampling distribution).
   - attentive_sampling (Sun et al., 2020): the same, with the distance of each
     candidate to the states the actors visit now (the newest observations they
     sent), in feature space.
+  Distances are the mean over `feature_steps` evenly spaced rows of each candidate
+  (first and last included; all rows if it is >= T+1), an unbiased estimate of the
+  mean over all steps at a fraction of the cost; only the n chosen rollouts are
+  then copied whole.
   lambda anneals from `lambda_batch_multiplier` to 1 over `alfa_annealing_factor` x
   the learning-rate schedule length, counted in learner updates (`set_updates`).
   `insert_strategy=elite_insertion`: once full, the most off-policy of
@@ -89,6 +93,8 @@ class StorageReplay:
         obs_shape, obs_dtype = spec["obs"]
         self.recent = torch.zeros((RECENT_STATES, *obs_shape[1:]), dtype=obs_dtype)
         self.recent_count = 0
+        steps = min(entry.get("feature_steps", unroll_length + 1), unroll_length + 1)
+        self.feature_rows = torch.linspace(0, unroll_length, steps).round().long().unique()
 
     # --- inserting -------------------------------------------------------------
     def add(self, index: int) -> bool:
@@ -114,7 +120,7 @@ class StorageReplay:
         resident = self.storage.resident_positions()
         k = min(self.entry["elite_batch_size"], len(resident))
         cand = resident[sampling.draw_candidates(len(resident), k, self.generator)]
-        return int(cand[int(torch.argmax(self._distances(self.storage.get(cand))))])
+        return int(cand[int(torch.argmax(self._distances(cand)))])
 
     # --- sampling ----------------------------------------------------------------
     def __len__(self) -> int:
@@ -132,8 +138,10 @@ class StorageReplay:
         return sampling.annealed_lambda(self.entry["lambda_batch_multiplier"], self.updates,
                                         self.schedule_updates, self.entry["alfa_annealing_factor"])
 
-    def _distances(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """float32 [M]: how off-policy (elite) or how far from now (attentive) each is."""
+    def _distances(self, positions: torch.Tensor) -> torch.Tensor:
+        """float32 [M]: how off-policy (elite) or how far from now (attentive) the
+        rollouts at `positions` are, over `feature_rows`."""
+        batch = self.storage.get(positions, rows=self.feature_rows, fields=("obs", "logits"))
         current = self.features_fn(batch["obs"])
         if self.strategy == "attentive_sampling":
             n = min(self.recent_count, RECENT_STATES)
@@ -149,16 +157,14 @@ class StorageReplay:
             resident = self.storage.resident_positions()
             m = sampling.candidate_count(n, self.current_lambda(), len(resident))
             cand = resident[sampling.draw_candidates(len(resident), m, self.generator)]
-            batch = self.storage.get(cand)
             if self.strategy == "uniform":
                 pick = torch.arange(n) % m
             else:
                 number = int(self.entry["elite_sampling_strategy"][-1])
-                pick = sampling.select(number, self._distances(batch), self.counts[cand], n)
-            self.counts.index_add_(0, cand[pick], torch.ones(n, dtype=torch.int64))
-        if m == n and torch.equal(pick, torch.arange(n)):
-            return batch
-        return {k: v.index_select(1, pick) for k, v in batch.items()}
+                pick = sampling.select(number, self._distances(cand), self.counts[cand], n)
+            chosen = cand[pick]
+            self.counts.index_add_(0, chosen, torch.ones(n, dtype=torch.int64))
+            return self.storage.get(chosen)
 
     def release_all(self) -> None:
         pass  # holds no slot

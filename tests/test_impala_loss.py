@@ -69,3 +69,44 @@ def test_reward_clipping_methods():
     soft = clip_rewards(r, "soft_asymmetric")
     assert torch.allclose(soft[4], 5 * torch.tanh(torch.tensor(0.8)))
     assert torch.allclose(soft[0], 0.3 * 5 * torch.tanh(torch.tensor(-1.4)))
+
+
+def test_kl_mask_drops_off_policy_steps():
+    t, b = 5, 4
+    model = MLP((3,), 2, hidden_size=8)
+    batch, _, _ = _batch(model, t, b, gamma_cut=(2, 0))
+    batch["logits"][:, :2] += torch.tensor([8.0, -8.0])  # columns 0, 1 far off-policy
+    base = LossConfig(clip_rewards=False)
+    masked = LossConfig(clip_rewards=False, kl_div_threshold=0.5)
+    _, stats = impala_loss(model, batch, masked)
+    assert stats["masked_fraction"] == 0.5
+    # the masked loss is the loss of the on-policy columns alone
+    on_policy = {k: v[:, 2:] for k, v in batch.items()}
+    _, stats_on = impala_loss(model, on_policy, base)
+    assert abs(stats["policy_loss"] - stats_on["policy_loss"]) < 1e-5
+    assert abs(stats["value_loss"] - stats_on["value_loss"]) < 1e-5
+    everything = LossConfig(clip_rewards=False, kl_div_threshold=1e-9)
+    _, stats_all = impala_loss(model, {**batch, "logits": batch["logits"] + 1.0}, everything)
+    assert stats_all["masked_fraction"] < 1.0  # a constant shift of logits is no divergence
+
+
+def test_clear_cloning_applies_to_replayed_columns_only():
+    t, b = 4, 4
+    model = MLP((3,), 2, hidden_size=8)
+    batch, values, logits = _batch(model, t, b, gamma_cut=(1, 1))
+    batch["logits"] = batch["logits"] + torch.tensor([1.5, -1.5])
+    batch["value"] = batch["value"] + 2.0
+    cfg = LossConfig(clip_rewards=False, clear_policy_cloning_weight=0.3,
+                     clear_value_cloning_weight=0.2)
+    plain, _ = impala_loss(model, batch, LossConfig(clip_rewards=False))
+    none_replayed, s0 = impala_loss(model, {**batch, "replayed": torch.zeros(b, dtype=bool)}, cfg)
+    assert torch.allclose(plain, none_replayed) and "policy_cloning" not in s0
+    replayed = torch.tensor([False, True, False, True])
+    loss, stats = impala_loss(model, {**batch, "replayed": replayed}, cfg)
+    mu = torch.log_softmax(batch["logits"][:t, replayed], -1)
+    pi = torch.log_softmax(logits[:t, replayed], -1)
+    kl = (mu.exp() * (mu - pi)).sum(-1).mean()
+    vc = (values[:t, replayed] - batch["value"][:t, replayed]).pow(2).mean()
+    assert abs(stats["policy_cloning"] - kl.item()) < 1e-5
+    assert abs(stats["value_cloning"] - vc.item()) < 1e-4
+    assert torch.allclose(loss, plain + 0.3 * kl + 0.2 * vc, atol=1e-5)

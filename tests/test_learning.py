@@ -14,6 +14,7 @@ import glob
 import math
 import os
 
+import pytest
 import torch
 
 from agents.networks import build_model
@@ -70,3 +71,23 @@ def test_cartpole_defaults_reach_475(results):
     solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
     print(f"CartPole-v1 mean(20) >= 475 at (env steps, seconds) = {solved}")
     assert solved is not None and solved[0] <= 500_000
+
+
+REPLAY_MIXES = {
+    "queue+standard": '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
+                      '{"type": "standard", "capacity": 1000, "sample_ratio": 0.5}]',
+    "queue+elite": '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
+                   '{"type": "custom", "capacity": 1000, "sample_ratio": 0.5, '
+                   '"dist_function": "ln_norm", "sample_strategy": "elite_sampling", '
+                   '"lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0}]',
+}
+
+
+@pytest.mark.parametrize("mix", sorted(REPLAY_MIXES))
+def test_cartpole_with_replay_reaches_475(results, mix):
+    proc = run_main("--env=CartPole-v1", "--environment_max_steps=500000",
+                    f"--replay_parameters={REPLAY_MIXES[mix]}", f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
+    print(f"CartPole-v1 {mix}: mean(20) >= 475 at (env steps, seconds) = {solved}")
+    assert solved is not None

@@ -39,6 +39,31 @@ def test_replay_parameters_errors_name_entry_and_key():
     assert any("at most one 'queue'" in e for e in errors)
 
 
+def test_custom_entries_are_checked_key_by_key():
+    good = ('[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, {"type": "custom", '
+            '"capacity": 1000, "sample_ratio": 0.5, "dist_function": "ln_norm", '
+            '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6, '
+            '"alfa_annealing_factor": 2.0}]')
+    entries, errors = parse_replay_parameters(good, 32)
+    assert not errors and entries[1]["elite_sampling_strategy"] == "strategy3"
+    _, errors = parse_replay_parameters(good.replace('"ln_norm"', '"manhattan"')
+                                        .replace("6,", "0.5,"), 32)
+    assert any(e.startswith("entry 1: 'dist_function'") for e in errors)
+    assert any(e.startswith("entry 1: 'lambda_batch_multiplier'") for e in errors)
+    _, errors = parse_replay_parameters(good.replace('"capacity": 1000', '"capacity": "big"'), 32)
+    assert any(e.startswith("entry 1: 'capacity'") for e in errors)
+    _, errors = parse_replay_parameters(
+        '[{"type": "elite", "capacity": 10, "sample_ratio": 1, "bogus": 1}]', 32)
+    assert "entry 0: unknown key 'bogus' for type 'elite'" in errors
+    _, errors = parse_replay_parameters('[{"type": "elite", "capacity": 10, "sample_ratio": 1}]',
+                                        32)
+    assert errors == ["entry 0: 'capacity' 10 is below its share of the batch (32 rollouts)"]
+    _, errors = parse_replay_parameters(
+        '[{"type": "queue", "sample_ratio": 0.7}, {"type": "standard", "capacity": 100, '
+        '"sample_ratio": 0.2}, {"type": "standard", "capacity": 100, "sample_ratio": 0.1}]', 32)
+    assert not errors  # 0.7 + 0.2 + 0.1 is 1 within 1e-6
+
+
 def test_queue_replay_is_fifo_and_frees_each_slot_once():
     pool = SlotPool(rollout_spec(2, (3,), "float32", 2), num_slots=6)
     taken = pool.take(6)
