@@ -12,24 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from replay.storage import FramePoolExhaustedError, RolloutStorage
+from workers.slots import rollout_spec
 
 NUM_ACTIONS = 3
 
 
 def spec(t: int, obs_shape: tuple[int, ...], obs_dtype=torch.uint8, num_actions=NUM_ACTIONS):
-    """The format of workers.slots.rollout_spec (copied so this test stands alone)."""
-    t1 = t + 1
-    return {
-        "obs": ((t1, *obs_shape), obs_dtype),
-        "action": ((t1,), torch.int64),
-        "logits": ((t1, num_actions), torch.float32),
-        "value": ((t1,), torch.float32),
-        "reward": ((t1,), torch.float32),
-        "done": ((t1,), torch.bool),
-        "truncated": ((t1,), torch.bool),
-        "bootstrap_value": ((t1,), torch.float32),
-        "version": ((t1,), torch.int64),
-    }
+    """workers.slots.rollout_spec with a torch dtype for obs."""
+    out = rollout_spec(t, obs_shape, "float32", num_actions)
+    out["obs"] = ((t + 1, *obs_shape), obs_dtype)
+    return out
 
 
 class FakeAle:
