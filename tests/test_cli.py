@@ -37,6 +37,8 @@ RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.l
         (["--seed=-3"], "--seed"),
         (["--rmsprop_alpha=1.5"], "--rmsprop_alpha"),
         (["--r_f_steps=100000000", "--batch_size=1000"], "--r_f_steps"),
+        (['--replay_parameters=[{"type": "queue", "sample_ratio": 0.5}, {"type": "standard", '
+          '"capacity": 50000000, "sample_ratio": 0.5}]'], "lower 'capacity'"),
     ],
 )
 def test_bad_flags_exit_2_and_write_nothing(results, args, flag):
