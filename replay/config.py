@@ -25,12 +25,16 @@ CUSTOM_DEFAULTS = {
     "alfa_annealing_factor": 2.0,
     "elite_batch_size": 32,
     "feature_steps": 4,
+    "features": "logits",
 }
 CHOICES = {
     "dist_function": ("ln_norm", "cos_dist", "kl_div"),
     "sample_strategy": ("elite_sampling", "attentive_sampling", "uniform"),
     "insert_strategy": ("fifo", "elite_insertion"),
     "elite_sampling_strategy": ("strategy1", "strategy2", "strategy3", "strategy4"),
+    # what distances compare: the policy's logits, or the policy path's last hidden
+    # layer (stored by the actors as float16, see workers/slots.py)
+    "features": ("logits", "hidden"),
 }
 
 
@@ -54,9 +58,28 @@ def _check_custom(i: int, e: dict, errors: list[str]) -> None:
     fs = e["feature_steps"]
     if isinstance(fs, bool) or not isinstance(fs, int) or fs < 1:
         errors.append(f"entry {i}: 'feature_steps' must be an integer >= 1, got {fs!r}")
+    if e["dist_function"] == "kl_div" and e["features"] == "hidden":
+        errors.append(f"entry {i}: 'dist_function' 'kl_div' needs 'features' 'logits' (a KL "
+                      "divergence compares two policies' logits); got 'features' 'hidden': "
+                      "use 'ln_norm' or 'cos_dist' with hidden features")
     ebs = e["elite_batch_size"]
     if isinstance(ebs, bool) or not isinstance(ebs, int) or ebs < 1:
         errors.append(f"entry {i}: 'elite_batch_size' must be an integer >= 1, got {ebs!r}")
+
+
+def uses_hidden_features(entry: dict) -> bool:
+    """Whether a parsed entry's distances use hidden-layer features (not logits)."""
+    return entry.get("type") == "custom" and entry.get("features") == "hidden"
+
+
+def stores_hidden_features(entry: dict) -> bool:
+    """Whether a parsed entry reads the behaviour policy's hidden features, so that the
+    actors must store them: elite sampling, or elite insertion with uniform sampling.
+    Attentive sampling compares current features only; uniform + fifo none."""
+    strategy = entry.get("sample_strategy")
+    return uses_hidden_features(entry) and (
+        strategy == "elite_sampling"
+        or (strategy == "uniform" and entry.get("insert_strategy") == "elite_insertion"))
 
 
 def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], list[str]]:

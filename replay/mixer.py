@@ -5,6 +5,8 @@ Shares are `batch_size * ratio` rounded by largest remainder, so every batch has
 exactly `batch_size` rollouts and no ratio times batch size has to be an integer.
 A batch carries, besides its fields `[T+1, B, ...]`, `replayed`: bool [B], true for
 the columns that came from a replay other than the queue (CLEAR clones on these).
+A field that not every part has (`features`, kept only by the replays that read
+them) is left out of a mixed batch.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import threading
 
 import torch
 
+from replay.config import uses_hidden_features
 from replay.queue import QueueReplay
 from replay.storage_replay import StorageReplay
 
@@ -31,17 +34,29 @@ def batch_shares(batch_size: int, ratios: list[float]) -> list[int]:
 
 def build_replays(entries: list[dict], pool, spec: dict, unroll_length: int,
                   pixel_stack: int | None, n_envs: int, fill_in_factor: float,
-                  features_fn, schedule_updates: float, seed: int = 0) -> list:
-    """One replay per parsed `--replay_parameters` entry."""
+                  features_fn, schedule_updates: float, seed: int = 0,
+                  hidden_features_fn=None) -> list:
+    """One replay per parsed `--replay_parameters` entry.
+
+    `features_fn` computes current logits (float32 [..., A]) and `hidden_features_fn`
+    the current policy's hidden layer (float32 [..., H]) of obs [..., *obs_shape]; each
+    custom replay gets the one its `features` names. `spec` must have "features" if an
+    entry reads stored hidden features (`replay.config.stores_hidden_features`).
+    """
     replays = []
     for i, e in enumerate(entries):
         if e["type"] == "queue":
             replays.append(QueueReplay(pool, e["capacity"]))
         else:
+            fn = features_fn
+            if uses_hidden_features(e):
+                if hidden_features_fn is None:
+                    raise ValueError(f"entry {i}: 'features' 'hidden' needs hidden_features_fn")
+                fn = hidden_features_fn
             # FIFO storage: one chain of shared frames per env, plus restarted actors'
             replays.append(StorageReplay(e, pool, spec, unroll_length, pixel_stack,
                                          max_chain_heads=2 * n_envs, fill_in_factor=fill_in_factor,
-                                         features_fn=features_fn,
+                                         features_fn=fn,
                                          schedule_updates=schedule_updates, seed=seed + i))
     return replays
 
@@ -79,7 +94,8 @@ class BatchMixer:
                 parts.append(r.sample(n))
                 replayed.append(torch.full((n,), not isinstance(r, QueueReplay)))
         batch = parts[0] if len(parts) == 1 else \
-            {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]}
+            {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]
+             if all(k in p for p in parts)}
         batch["replayed"] = torch.cat(replayed)
         return batch
 

@@ -6,8 +6,11 @@ sampling strategy (dopamine's split of storage from the sampling distribution).
   - uniform: as standard;
   - elite_sampling: draw lambda*n distinct candidates uniformly, recompute their
     features with the *current* policy in one batched no-grad pass, measure the
-    distance to the features the behaviour policy stored (its logits), and pick n by
-    `elite_sampling_strategy` 1-4 (replay/sampling.py);
+    distance to the features the behaviour policy stored, and pick n by
+    `elite_sampling_strategy` 1-4 (replay/sampling.py). The entry's `features`
+    says which: "logits" (the stored field "logits", float32 [T+1, A]) or "hidden"
+    (the stored field "features", the policy path's last hidden layer, float16
+    [T+1, H], compared as float32); `features_fn` must compute the same kind;
   - attentive_sampling (Sun et al., 2020): the same, with the distance of each
     candidate to the states the actors visit now (the newest observations they
     sent), in feature space.
@@ -32,17 +35,28 @@ import threading
 import torch
 
 from replay import sampling
+from replay.config import stores_hidden_features
 from replay.storage import FramePoolExhaustedError, RolloutStorage
 
 RECENT_STATES = 64  # newest observations kept for attentive sampling
 
 
+def replay_spec(entry: dict, spec: dict) -> dict:
+    """The fields a replay of `entry` stores: `spec` without "features" unless the
+    entry reads stored hidden features (the other replays do not pay 2H bytes per
+    step)."""
+    if stores_hidden_features(entry):
+        return spec
+    return {k: v for k, v in spec.items() if k != "features"}
+
+
 def planned_bytes(entry: dict, spec: dict, unroll_length: int, pixel_stack: int | None,
                   max_chain_heads: int) -> int:
-    """Bytes a StorageReplay of `entry` will allocate (RolloutStorage's layout)."""
+    """Bytes a StorageReplay of `entry` will allocate (RolloutStorage's layout), for the
+    slots' `spec` (with "features" when some entry uses hidden features)."""
     cap, t1 = entry["capacity"], unroll_length + 1
     total = 0
-    for name, (shape, dtype) in spec.items():
+    for name, (shape, dtype) in replay_spec(entry, spec).items():
         row = math.prod(shape[1:]) * torch.empty(0, dtype=dtype).element_size()
         if name == "obs" and pixel_stack:
             heads = cap if entry.get("insert_strategy") == "elite_insertion" else \
@@ -63,11 +77,14 @@ class StorageReplay:
         Args:
             entry: a parsed `--replay_parameters` entry (type standard or custom).
             pool: the SlotPool (gather / release).
-            spec: `workers.slots.rollout_spec(...)`.
+            spec: `workers.slots.rollout_spec(...)`; with "features" ((T+1, H)
+                float16) when the entry's `features` is "hidden".
             pixel_stack: frames per stacked obs (Atari), or None.
             max_chain_heads: storage frame-pool sizing (see replay/storage.py).
             features_fn: obs [..., *obs_shape] -> float32 [..., K] under the current
-                policy (no grad); needed by elite and attentive sampling and insertion.
+                policy (no grad), of the entry's `features` kind: logits (K = A) or the
+                hidden layer (K = H); needed by elite and attentive sampling and
+                insertion.
             schedule_updates: the learning-rate schedule length in learner updates.
         """
         self.entry = entry
@@ -80,8 +97,13 @@ class StorageReplay:
         self.fill_in = max(1, int(fill_in_factor * self.capacity))
         if self.insert == "elite_insertion":
             max_chain_heads = self.capacity  # out-of-order eviction: any rollout may head
-        self.storage = RolloutStorage(self.capacity, unroll_length, spec, pixel_stack,
-                                      max_chain_heads)
+        # the stored behaviour features that distances compare with features_fn's
+        self.feature_field = "features" if stores_hidden_features(entry) else "logits"
+        if self.feature_field not in spec:
+            raise ValueError("'features': 'hidden' needs the rollouts to carry them: build "
+                             "the spec with rollout_spec(..., feature_size=hidden_size)")
+        self.storage = RolloutStorage(self.capacity, unroll_length, replay_spec(entry, spec),
+                                      pixel_stack, max_chain_heads)
         self.features_fn = features_fn
         self.schedule_updates = schedule_updates
         self.counts = torch.zeros(self.capacity, dtype=torch.int64)
@@ -140,13 +162,17 @@ class StorageReplay:
 
     def _distances(self, positions: torch.Tensor) -> torch.Tensor:
         """float32 [M]: how off-policy (elite) or how far from now (attentive) the
-        rollouts at `positions` are, over `feature_rows`."""
-        batch = self.storage.get(positions, rows=self.feature_rows, fields=("obs", "logits"))
+        rollouts at `positions` are, over `feature_rows`, in the entry's feature kind
+        (stored behaviour vs current for elite; candidates vs recent states for
+        attentive, both current)."""
+        attentive = self.strategy == "attentive_sampling"
+        fields = ("obs",) if attentive else ("obs", self.feature_field)
+        batch = self.storage.get(positions, rows=self.feature_rows, fields=fields)
         current = self.features_fn(batch["obs"])
-        if self.strategy == "attentive_sampling":
+        if attentive:
             n = min(self.recent_count, RECENT_STATES)
             return sampling.attentive_distances(current, self.features_fn(self.recent[:n]))
-        behaviour = batch["logits"]
+        behaviour = batch[self.feature_field].float()
         if self.entry["dist_function"] == "ln_norm":
             return sampling.ln_norm(behaviour, current, self.entry["p"])
         return sampling.DISTANCES[self.entry["dist_function"]](behaviour, current)

@@ -36,18 +36,21 @@ class Harness:
 
 @contextlib.contextmanager
 def actors(env_id=COUNTING, workers=1, envs=3, unroll=5, num_slots=None, seed=0, hidden=16,
-           max_restarts=0):
-    """Yields a Harness; the model's weights are published as version 0."""
+           max_restarts=0, store_features=False):
+    """Yields a Harness; the model's weights are published as version 0. With
+    `store_features` the actors also write "features" (float16 [T+1, S, hidden])."""
     info = env_info(env_id, EnvOptions())
     torch.manual_seed(seed)
     model = build_model(info.obs_shape, info.num_actions, hidden)
-    spec = rollout_spec(unroll, info.obs_shape, info.obs_dtype, info.num_actions)
+    spec = rollout_spec(unroll, info.obs_shape, info.obs_dtype, info.num_actions,
+                        feature_size=hidden if store_features else 0)
     slots = SlotPool(spec, num_slots or 4 * workers * envs)
     weights = SharedWeights(model)
     weights.publish(model, 0)
     cfg = ActorConfig(env_id=env_id, env_options=EnvOptions(), envs_per_worker=envs,
                       unroll_length=unroll, obs_shape=info.obs_shape,
-                      num_actions=info.num_actions, hidden_size=hidden, seed=seed)
+                      num_actions=info.num_actions, hidden_size=hidden, seed=seed,
+                      store_features=store_features)
     pool = ActorPool(mp.get_context("spawn"), cfg, workers, slots, weights,
                      logging.getLogger("actor-harness"), max_restarts)
     pool.start()

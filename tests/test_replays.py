@@ -270,3 +270,86 @@ def test_storage_row_and_field_subsets_equal_the_full_read():
     assert set(part) == {"obs", "logits"}
     for name in part:
         assert torch.equal(part[name], full[name][rows]), name
+
+
+H = 4
+SPEC_H = rollout_spec(T, (2,), "float32", 3, feature_size=H)
+HIDDEN = ('{"type": "custom", "capacity": 10, "sample_ratio": 1, "features": "hidden",'
+          ' "lambda_batch_multiplier": 6, "elite_sampling_strategy": "strategy1"}')
+
+
+def test_elite_with_hidden_features_compares_the_stored_features():
+    # stored behaviour features of rollout k: (k, 0, 0, 0); stored logits all 0. The
+    # current hidden layer is (9, 0, 0, 0) everywhere: rollouts 9 and 8 are nearest.
+    pool = SlotPool(SPEC_H, num_slots=4)
+    seen = []
+
+    def hidden_fn(obs):
+        seen.append(obs.shape)
+        out = torch.zeros(*obs.shape[:-1], H)
+        out[..., 0] = 9.0
+        return out
+
+    replay = StorageReplay(entry(HIDDEN), pool, SPEC_H, T, None, max_chain_heads=4,
+                           fill_in_factor=0.0, features_fn=hidden_fn, schedule_updates=100)
+    for k in range(10):
+        (i,) = pool.take(1)
+        fill(pool, i, float(k))
+        pool.buffers["features"][:, i] = 0.0
+        pool.buffers["features"][:, i, 0] = float(k)
+        replay.add(i)
+        pool.release([i])
+    batch = replay.sample(2)
+    assert sorted(idents(batch)) == [8.0, 9.0]
+    assert seen and all(s[-1] == 2 for s in seen)  # obs went to the hidden features_fn
+    assert batch["features"].dtype == torch.float16
+    assert batch["features"][:, :, 0].unique(dim=0).shape == (1, 2)  # whole rollouts
+
+
+def test_hidden_features_are_stored_only_where_read_and_need_the_spec():
+    entries, errors = parse_replay_parameters(
+        '[{"type": "queue", "sample_ratio": 0.5}, {"type": "standard", "capacity": 20,'
+        ' "sample_ratio": 0.2}, ' + HIDDEN.replace('"sample_ratio": 1', '"sample_ratio": 0.2')
+        + ', {"type": "custom", "capacity": 20, "sample_ratio": 0.1}]', 0)
+    assert not errors, errors
+    pool = SlotPool(SPEC_H, num_slots=40)
+
+    def logits_fn(obs):
+        return torch.zeros(*obs.shape[:-1], 3)
+
+    def hidden_fn(obs):
+        return torch.zeros(*obs.shape[:-1], H)
+
+    replays = build_replays(entries, pool, SPEC_H, T, None, n_envs=2, fill_in_factor=0.0,
+                            features_fn=logits_fn, schedule_updates=10,
+                            hidden_features_fn=hidden_fn)
+    assert replays[2].features_fn is hidden_fn and replays[3].features_fn is logits_fn
+    assert "features" in replays[2].storage._specs
+    assert "features" not in replays[1].storage._specs  # the others do not pay for it
+    assert "features" not in replays[3].storage._specs
+    for e, r in zip(entries[1:], replays[1:], strict=True):
+        assert planned_bytes(e, SPEC_H, T, None, 4) == r.storage.nbytes() - r.capacity
+    assert planned_bytes(entries[2], SPEC_H, T, None, 4) - \
+        planned_bytes(entries[2], SPEC, T, None, 4) == 10 * (T + 1) * H * 2
+    with pytest.raises(ValueError, match="hidden_features_fn"):
+        build_replays(entries, pool, SPEC_H, T, None, n_envs=2, fill_in_factor=0.0,
+                      features_fn=logits_fn, schedule_updates=10)
+    with pytest.raises(ValueError, match="feature_size"):
+        StorageReplay(entries[2], SlotPool(SPEC, 4), SPEC, T, None, 4, 0.0, hidden_fn)
+    # a batch mixing the queue (which has "features") with a replay without leaves it out
+    mixer = BatchMixer(pool, [replays[0], replays[1]], [0.5, 0.5], 2)
+    for k in range(3):
+        (i,) = pool.take(1)
+        fill(pool, i, float(k))
+        mixer.add(i)
+    batch = mixer.sample()
+    assert "features" not in batch and batch["reward"].shape == (T + 1, 2)
+
+
+def test_planned_bytes_count_hidden_features_in_float16():
+    e = entry('{"type": "custom", "capacity": 1000, "sample_ratio": 1, "features": "hidden"}')
+    plain = rollout_spec(20, (4, 84, 84), "uint8", 6)
+    with_h = rollout_spec(20, (4, 84, 84), "uint8", 6, feature_size=512)
+    extra = planned_bytes(e, with_h, 20, 4, 16) - planned_bytes(e, plain, 20, 4, 16)
+    assert extra == 1000 * 21 * 512 * 2
+    assert planned_bytes(e, with_h, 20, 4, 16) / (1000 * 20) > 7.5 * 1024  # README says so

@@ -2,8 +2,9 @@
 
 Checks that across many rollouts no step is lost or repeated, that row 0 repeats
 the previous rollout's last row, that terminations cut bootstrapping and
-truncations do not, and that the stored behaviour logits and values are the
-policy's outputs at the observation of the same row.
+truncations do not, and that the stored behaviour logits and values (and, when
+asked for, hidden features) are the policy's outputs at the observation of the
+same row.
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ from tests.counting_env import end_flags, episode_length
 UNROLL = 5
 
 
-def collect(min_per_env: int, workers: int, envs: int):
+def collect(min_per_env: int, workers: int, envs: int, store_features: bool = False):
     """Per env marker, the list of rollouts (dicts of [T+1, ...] tensors) in order,
     at least `min_per_env` for each of the workers x envs envs."""
     by_env = collections.defaultdict(list)
-    with actors(unroll=UNROLL, workers=workers, envs=envs) as h:
+    with actors(unroll=UNROLL, workers=workers, envs=envs, store_features=store_features) as h:
         while len(by_env) < workers * envs or min(map(len, by_env.values())) < min_per_env:
             for indices, _episodes in h.rollouts():
                 batch = h.slots.gather(torch.tensor(indices))
@@ -54,6 +55,22 @@ def test_rollouts_are_contiguous_and_consistent():
                 logits, value = model(r["obs"])
             torch.testing.assert_close(r["logits"], logits)
             torch.testing.assert_close(r["value"], value)
+
+
+def test_stored_features_are_the_hidden_layer_of_the_same_forward_pass():
+    by_env, model = collect(4, workers=1, envs=2, store_features=True)
+    for rollouts in by_env.values():
+        for k, r in enumerate(rollouts):
+            assert r["features"].dtype == torch.float16
+            assert r["features"].shape == (UNROLL + 1, model.hidden_size)
+            if k > 0:
+                assert torch.equal(r["features"][0], rollouts[k - 1]["features"][-1])
+            with torch.no_grad():
+                logits, value, hidden = model.forward_with_hidden(r["obs"])
+            torch.testing.assert_close(r["logits"], logits)
+            torch.testing.assert_close(r["value"], value)
+            torch.testing.assert_close(r["features"].float(), hidden, atol=1e-3, rtol=1e-3)
+            assert r["features"].abs().sum() > 0  # not the random-policy zeros
 
 
 def test_episode_ends_cut_or_keep_bootstrapping():

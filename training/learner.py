@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import math
 import random
 import time
@@ -23,7 +24,7 @@ import torch.multiprocessing as mp
 
 from agents.impala import LossConfig, build_optimizer, impala_loss, polynomial_lr
 from agents.networks import build_model
-from replay.config import parse_replay_parameters
+from replay.config import parse_replay_parameters, stores_hidden_features
 from replay.mixer import BatchMixer, Prefetcher, build_replays
 from training.checkpoint import save_checkpoint
 from training.run_dir import RunDir
@@ -66,6 +67,11 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+def store_features_of(entries: list[dict]) -> bool:
+    """Whether the actors must store hidden features: some replay reads them."""
+    return any(stores_hidden_features(e) for e in entries)
 
 
 def slot_count(cfg) -> int:
@@ -112,17 +118,19 @@ class Learner:
         self._env_steps_at_start = self.counters.env_steps
         self._last_status = (self._t_start, self.counters.env_steps)
 
-        spec = rollout_spec(cfg.r_f_steps, self.info.obs_shape, self.info.obs_dtype,
-                            self.info.num_actions)
-        self.slots = SlotPool(spec, num_slots=slot_count(cfg))
         entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
+        store_features = store_features_of(entries)
+        spec = rollout_spec(cfg.r_f_steps, self.info.obs_shape, self.info.obs_dtype,
+                            self.info.num_actions,
+                            feature_size=cfg.hidden_size if store_features else 0)
+        self.slots = SlotPool(spec, num_slots=slot_count(cfg))
         replays = build_replays(
             entries, self.slots, spec, cfg.r_f_steps,
             pixel_stack=self.info.obs_shape[0] if self.info.obs_dtype == "uint8" else None,
             n_envs=cfg.worker_count * cfg.envs_per_worker,
             fill_in_factor=cfg.training_fill_in_factor, features_fn=self.features,
             schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
-            seed=cfg.seed)
+            seed=cfg.seed, hidden_features_fn=functools.partial(self.features, kind="hidden"))
         self.mixer = BatchMixer(self.slots, replays, [e["sample_ratio"] for e in entries],
                                 cfg.batch_size)
         self._log_replays()
@@ -136,16 +144,28 @@ class Learner:
             envs_per_worker=cfg.envs_per_worker, unroll_length=cfg.r_f_steps,
             obs_shape=self.info.obs_shape, num_actions=self.info.num_actions,
             hidden_size=cfg.hidden_size, seed=cfg.seed + 1, random_policy=random_policy,
+            store_features=store_features,
         )
         self.actors = ActorPool(mp.get_context("spawn"), actor_cfg, cfg.worker_count,
                                 self.slots, self.weights, self.log, cfg.max_actor_restarts)
 
     @torch.no_grad()
-    def features(self, obs: torch.Tensor, chunk: int = 2048) -> torch.Tensor:
-        """Current-policy features (logits) of obs [..., *obs_shape] -> float32 [..., A]."""
+    def features(self, obs: torch.Tensor, kind: str = "logits", chunk: int = 2048
+                 ) -> torch.Tensor:
+        """Current-policy features of obs [..., *obs_shape]: kind "logits" -> float32
+        [..., A]; "hidden" -> the policy path's last hidden layer, float32 [..., H]
+        (what the actors store as "features")."""
         lead = obs.shape[: obs.dim() - len(self.info.obs_shape)]
         flat = obs.reshape(-1, *self.info.obs_shape)
-        out = [self.model(flat[i:i + chunk].to(self.device))[0].float().cpu()
+        if kind == "hidden":
+            def net(x):
+                return self.model.forward_with_hidden(x)[2]
+        elif kind == "logits":
+            def net(x):
+                return self.model(x)[0]
+        else:
+            raise ValueError(f"kind must be 'logits' or 'hidden', got {kind!r}")
+        out = [net(flat[i:i + chunk].to(self.device)).float().cpu()
                for i in range(0, flat.shape[0], chunk)]
         return torch.cat(out).reshape(*lead, -1)
 
@@ -240,7 +260,8 @@ class Learner:
 
     def _update(self, batch: dict[str, torch.Tensor]) -> None:
         cfg = self.cfg
-        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()}
+        batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()
+                 if k != "features"}  # for the replays only: the loss does not read them
         lr = polynomial_lr(cfg.lr, cfg.lr_end_value,
                            self.counters.env_steps / cfg.environment_max_steps, cfg.lr_decay_power)
         for group in self.optimizer.param_groups:

@@ -17,7 +17,7 @@ import psutil
 from replay.config import parse_replay_parameters
 from replay.storage_replay import planned_bytes
 from training.checkpoint import resolve_checkpoint_path
-from training.learner import Learner, env_options, slot_count
+from training.learner import Learner, env_options, slot_count, store_features_of
 from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.pool import ActorFailure
@@ -44,7 +44,9 @@ def preflight(cfg, checkpoint: dict | None) -> str | None:
     if cfg.op_mode == "test":
         return None
     info = env_info(cfg.env, env_options(cfg.to_dict()))
-    spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions)
+    entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
+    spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions,
+                        feature_size=cfg.hidden_size if store_features_of(entries) else 0)
     slots = spec_bytes(spec) * slot_count(cfg)
     shm = psutil.virtual_memory().available
     if os.path.isdir("/dev/shm"):
@@ -53,7 +55,6 @@ def preflight(cfg, checkpoint: dict | None) -> str | None:
         return (f"--r_f_steps / --worker_count / --envs_per_worker / --batch_size: the rollout "
                 f"slots need {slots / 2**30:.2f} GiB of shared memory and {shm / 2**30:.2f} GiB "
                 "is free; make them smaller")
-    entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
     stack = info.obs_shape[0] if info.obs_dtype == "uint8" else None
     n_envs = cfg.worker_count * cfg.envs_per_worker
     replays = [planned_bytes(e, spec, cfg.r_f_steps, stack, 2 * n_envs)

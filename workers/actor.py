@@ -5,7 +5,10 @@ env step over all its envs, with one torch thread. Before each rollout it
 receives one slot per env from the learner and refreshes its weights if a newer
 version was published; it writes T+1 rows into each slot (row 0 repeats the
 previous rollout's last row, see `workers/slots.py`) and sends back
-("rollout", slot indices, [(episode return, length), ...]). An exception is sent
+("rollout", slot indices, [(episode return, length), ...]). With `store_features`
+the same forward pass also gives the policy's last hidden layer, written as the
+float16 field "features" (for replays whose `features` are "hidden"; zeros under
+`random_policy`). An exception is sent
 as ("error", traceback) and ends the actor.
 
 An actor shares no lock with anyone (pipes of its own, a seqlock for weights, a
@@ -26,6 +29,8 @@ import torch
 from agents.networks import build_model
 from wrappers.envs import EnvOptions, make_batched_env
 
+FP16_MAX = 65504.0  # stored features are clamped to float16's range, never inf
+
 
 @dataclasses.dataclass(frozen=True)
 class ActorConfig:
@@ -38,6 +43,9 @@ class ActorConfig:
     hidden_size: int
     seed: int
     random_policy: bool = False  # benchmark mode: uniform actions, no inference
+    # write each row's policy hidden layer as "features" (float16 [E, hidden_size]); the
+    # slots' spec must then have rollout_spec(..., feature_size=hidden_size)
+    store_features: bool = False
 
 
 class _Policy:
@@ -57,16 +65,24 @@ class _Policy:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor):
-        """obs [E, ...] -> action int64 [E], logits float32 [E, A], value float32 [E]."""
+        """obs [E, ...] -> action int64 [E], logits float32 [E, A], value float32 [E],
+        features float16 [E, hidden_size] (None unless `store_features`; taken from the
+        same forward pass, zeros under `random_policy`)."""
         n = obs.shape[0]
+        features = None
         if self.cfg.random_policy:
             logits = torch.zeros(n, self.cfg.num_actions)
             value = torch.zeros(n)
+            if self.cfg.store_features:
+                features = torch.zeros(n, self.cfg.hidden_size, dtype=torch.float16)
+        elif self.cfg.store_features:
+            logits, value, hidden = self.model.forward_with_hidden(obs)
+            features = hidden.clamp(-FP16_MAX, FP16_MAX).half()
         else:
             logits, value = self.model(obs)
         probs = torch.softmax(logits, dim=-1)
         action = torch.multinomial(probs, 1, generator=self.rng).squeeze(-1)
-        return action, logits, value
+        return action, logits, value, features
 
     @torch.inference_mode()
     def value(self, obs: torch.Tensor) -> torch.Tensor:
@@ -133,7 +149,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
     held: list[int] = []
 
     obs = torch.from_numpy(env.reset())
-    action, logits, value = policy.act(obs)
+    action, logits, value, features = policy.act(obs)
     zeros_f = torch.zeros(n)
     zeros_b = torch.zeros(n, dtype=torch.bool)
     row = {
@@ -141,6 +157,8 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
         "reward": zeros_f, "done": zeros_b, "truncated": zeros_b,
         "bootstrap_value": zeros_f, "version": torch.full((n,), policy.version),
     }
+    if features is not None:
+        row["features"] = features
     try:
         while not stop[0]:
             taken = _take_slots(grants, held, n, stop)
@@ -153,7 +171,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
             for t in range(1, cfg.unroll_length + 1):
                 step = env.step(row["action"].numpy())
                 obs = torch.from_numpy(step.obs)
-                action, logits, value = policy.act(obs)
+                action, logits, value, features = policy.act(obs)
                 bootstrap = zeros_f
                 if step.final_obs is not None:
                     bootstrap = torch.zeros(n)
@@ -167,6 +185,8 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
                     "bootstrap_value": bootstrap,
                     "version": torch.full((n,), policy.version),
                 }
+                if features is not None:
+                    row["features"] = features
                 _write_row(buffers, t, slots, row)
                 episodes.extend((ret, length) for _, ret, length in step.episodes)
             messages.send(("rollout", tuple(taken), episodes))

@@ -21,6 +21,11 @@ Row convention (the same for every field): row t describes observation x_t.
     truncated       [T+1, S] bool      that transition was cut by a time limit
     bootstrap_value [T+1, S] float32   V_mu(final obs) where truncated, else 0
     version         [T+1, S] int64     policy version that chose a_t
+    features        [T+1, S, H] float16 behaviour policy's last hidden layer at x_t
+                                       (`forward_with_hidden`); only with
+                                       `feature_size=H > 0`, for replays whose
+                                       features are "hidden"; float16 halves its
+                                       memory (2H bytes per step)
 Row 0 repeats row T of the same env's previous rollout.
 """
 
@@ -35,11 +40,13 @@ _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 
 
 def rollout_spec(
-    unroll_length: int, obs_shape: tuple[int, ...], obs_dtype: str, num_actions: int
+    unroll_length: int, obs_shape: tuple[int, ...], obs_dtype: str, num_actions: int,
+    feature_size: int = 0,
 ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Per-slot shape (time-major, T+1 rows) and dtype of every field."""
+    """Per-slot shape (time-major, T+1 rows) and dtype of every field; with
+    `feature_size` H > 0 also "features" ((T+1, H), float16)."""
     t1 = unroll_length + 1
-    return {
+    spec = {
         "obs": ((t1, *obs_shape), _DTYPES[obs_dtype]),
         "action": ((t1,), torch.int64),
         "logits": ((t1, num_actions), torch.float32),
@@ -50,6 +57,9 @@ def rollout_spec(
         "bootstrap_value": ((t1,), torch.float32),
         "version": ((t1,), torch.int64),
     }
+    if feature_size > 0:
+        spec["features"] = ((t1, feature_size), torch.float16)
+    return spec
 
 
 def spec_bytes(spec) -> int:
