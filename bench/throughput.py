@@ -1,4 +1,4 @@
-"""Throughput of the pipeline against the raw env, in one run, as JSON.
+"""Throughput of the pipeline against its parts, in one run, as JSON.
 
     python -m bench.throughput [--env=PongNoFrameskip-v4] [--steps=40000] [--repeats=1]
 
@@ -8,8 +8,14 @@ using the whole machine, all in frames/s (env steps x frameskip):
     pipeline_fps     the real actors (random policy) through slots and queues; the
                      learner drains and discards the batches
     train_fps        full training with the default model
-and the ratios pipeline_over_ceiling and train_over_ceiling. Start-up (process
-spawn, imports) is excluded: rates are taken from the first rollout received.
+    inference_fps    worker_count processes (one torch thread each) running the actor's
+                     batched forward pass on envs_per_worker observations
+    learner_fps      the learner's IMPALA step alone on synthetic batches [T+1, B, ...]
+    compute_bound_fps  1 / (1/env + 1/inference + 1/learner): what full training could
+                     reach if the machine did nothing but these three, one after another
+and the ratios pipeline_over_ceiling, train_over_ceiling and train_over_bound.
+Start-up (process spawn, imports) is excluded: rates are taken from the first
+rollout received, or after a warm-up.
 """
 
 from __future__ import annotations
@@ -29,9 +35,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from option_flags import default_values, make_config  # noqa: E402
-from training.learner import Learner, env_options  # noqa: E402
+from training.learner import Learner, env_options, resolve_device  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
-from wrappers.envs import make_batched_env  # noqa: E402
+from wrappers.envs import env_info, make_batched_env  # noqa: E402
 
 
 def _raw_env_worker(env_id, options, n_envs, seconds, seed, out):
@@ -66,8 +72,85 @@ def env_ceiling_fps(cfg, seconds: float) -> float:
     results = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    frames_per_step = cfg.skipped_frames if "NoFrameskip" in cfg.env or "ALE/" in cfg.env else 1
-    return sum(s / t for s, t in results) * frames_per_step
+    info = env_info(cfg.env, env_options(cfg.to_dict()))
+    return sum(s / t for s, t in results) * info.frames_per_step
+
+
+def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, n_envs, seconds, out):
+    import torch
+
+    from agents.networks import build_model
+
+    torch.set_num_threads(1)
+    model = build_model(obs_shape, num_actions, hidden).eval()
+    dtype = torch.uint8 if obs_dtype == "uint8" else torch.float32
+    obs = (torch.randint(0, 255, (n_envs, *obs_shape)) if dtype == torch.uint8
+           else torch.randn(n_envs, *obs_shape)).to(dtype)
+    with torch.inference_mode():
+        for _ in range(5):
+            model(obs)
+        calls, t0 = 0, time.time()
+        while time.time() - t0 < seconds:
+            torch.multinomial(torch.softmax(model(obs)[0], -1), 1)
+            calls += 1
+    out.put((calls * n_envs, time.time() - t0))
+
+
+def inference_fps(cfg, info, seconds: float) -> float:
+    """Actor inference alone, in worker_count processes, frames/s."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_inference_worker,
+                         args=(info.obs_shape, info.obs_dtype, info.num_actions,
+                               cfg.hidden_size, cfg.envs_per_worker, seconds, out))
+             for _ in range(cfg.worker_count)]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(s / t for s, t in results) * info.frames_per_step
+
+
+def learner_alone_fps(cfg, info, updates: int) -> float:
+    """The IMPALA step alone on synthetic batches, with the learner's threads, frames/s."""
+    import torch
+
+    from agents.impala import build_optimizer, impala_loss
+    from agents.networks import build_model
+    from training.learner import loss_config, resolve_device
+
+    torch.set_num_threads(cfg.learner_threads)
+    device = resolve_device(cfg.device)
+    model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size).to(device)
+    optimizer = build_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.rmsprop_eps)
+    t1, b = cfg.r_f_steps + 1, cfg.batch_size
+    obs = torch.randint(0, 255, (t1, b, *info.obs_shape), dtype=torch.uint8) \
+        if info.obs_dtype == "uint8" else torch.randn(t1, b, *info.obs_shape)
+    batch = {"obs": obs, "action": torch.randint(0, info.num_actions, (t1, b)),
+             "logits": torch.randn(t1, b, info.num_actions), "value": torch.zeros(t1, b),
+             "reward": torch.randn(t1, b), "done": torch.zeros(t1, b, dtype=torch.bool),
+             "truncated": torch.zeros(t1, b, dtype=torch.bool),
+             "bootstrap_value": torch.zeros(t1, b)}
+    batch = {k: v.to(device) for k, v in batch.items()}
+    lcfg = loss_config(cfg)
+
+    def step():
+        loss, _ = impala_loss(model, batch, lcfg)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(3):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.time()
+    for _ in range(updates):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return updates * cfg.r_f_steps * b * info.frames_per_step / (time.time() - t0)
 
 
 def learner_fps(cfg, steps: int, train: bool) -> float:
@@ -92,6 +175,8 @@ def main() -> None:
     ap.add_argument("--worker_count", type=int, default=None)
     ap.add_argument("--envs_per_worker", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=1, help="runs; medians are reported")
+    ap.add_argument("--learner_updates", type=int, default=20,
+                    help="updates timed for learner_fps")
     args = ap.parse_args()
     values = default_values(
         env=args.env,
@@ -104,16 +189,24 @@ def main() -> None:
     cfg, errors = make_config(values)
     if errors:
         sys.exit("\n".join(errors))
+    info = env_info(cfg.env, env_options(cfg.to_dict()))
     runs = []
     for _ in range(args.repeats):
-        ceiling = env_ceiling_fps(cfg, args.seconds)
-        pipeline = learner_fps(cfg, args.steps, train=False)
-        train = learner_fps(cfg, args.steps, train=True)
-        runs.append({"env_ceiling_fps": ceiling, "pipeline_fps": pipeline, "train_fps": train})
+        run = {"env_ceiling_fps": env_ceiling_fps(cfg, args.seconds),
+               "inference_fps": inference_fps(cfg, info, args.seconds),
+               "learner_fps": learner_alone_fps(cfg, info, args.learner_updates),
+               "pipeline_fps": learner_fps(cfg, args.steps, train=False),
+               "train_fps": learner_fps(cfg, args.steps, train=True)}
+        run["compute_bound_fps"] = 1.0 / sum(1.0 / run[k] for k in
+                                             ("env_ceiling_fps", "inference_fps", "learner_fps"))
+        runs.append(run)
     result = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
     result.update(
         pipeline_over_ceiling=round(result["pipeline_fps"] / result["env_ceiling_fps"], 3),
         train_over_ceiling=round(result["train_fps"] / result["env_ceiling_fps"], 3),
+        train_over_bound=round(result["train_fps"] / result["compute_bound_fps"], 3),
+        device=str(resolve_device(cfg.device)),
+        train_fps_per_core=round(result["train_fps"] / (os.cpu_count() or 1), 1),
         env=cfg.env,
         worker_count=cfg.worker_count,
         envs_per_worker=cfg.envs_per_worker,
