@@ -7,6 +7,9 @@ A status line goes out every `status_interval` seconds, a checkpoint every
 `save_model_period` updates. The loop ends at `environment_max_steps` or when
 `stop_requested()` says so (a signal). Counting: an env step is one agent
 decision of one env; frames = env steps x frameskip (1 outside Atari).
+Besides the CSVs, each status line writes TensorBoard scalars (training/metrics.py)
+with env steps as the step: losses and pipeline figures averaged over the interval,
+system figures sampled then; every finished episode goes to `charts/`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import collections
 import dataclasses
 import functools
 import math
+import os
 import random
+import sys
 import time
 
 import numpy as np
@@ -26,6 +31,7 @@ from agents.impala import LossConfig, build_optimizer, impala_loss, polynomial_l
 from agents.networks import build_model
 from replay.config import parse_replay_parameters, stores_hidden_features
 from replay.mixer import BatchMixer, Prefetcher, build_replays
+from training import metrics
 from training.checkpoint import save_checkpoint
 from training.run_dir import RunDir
 from workers.actor import ActorConfig
@@ -117,6 +123,11 @@ class Learner:
         self._wall_at_start = self.counters.wall_time
         self._env_steps_at_start = self.counters.env_steps
         self._last_status = (self._t_start, self.counters.env_steps)
+        self._max_env_steps = cfg.environment_max_steps
+        self._wait_since = time.perf_counter()  # when the learner began waiting for a batch
+        self.pipeline = metrics.PipelineStats()
+        self.system = metrics.SystemMonitor()
+        self.tb = metrics.TensorBoardLog(run.path)
 
         entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
         store_features = store_features_of(entries)
@@ -199,6 +210,7 @@ class Learner:
         or `stop_requested()` is true. The update in flight always completes."""
         cfg = self.cfg
         max_env_steps = max_env_steps or cfg.environment_max_steps
+        self._max_env_steps = max_env_steps
         self.log.info(
             f"run directory {self.run_dir.path}: {cfg.env}, {cfg.worker_count} actors x "
             f"{cfg.envs_per_worker} envs, T={cfg.r_f_steps}, batch {cfg.batch_size}, "
@@ -209,6 +221,7 @@ class Learner:
             self.prefetcher = Prefetcher(self.mixer, cfg.cache_output_buffer_size,
                                          pin_memory=self.device.type == "cuda")
         last_ckpt, last_check = self.counters.updates, 0.0
+        self._wait_since = time.perf_counter()
         while self.counters.env_steps < max_env_steps and not stop_requested():
             self.actors.grant()
             self._receive(self.actors.poll(0.0 if self._batch_ready() else 0.05))
@@ -221,9 +234,11 @@ class Learner:
                 self._update(batch)
             if time.time() - self._last_status[0] >= cfg.status_interval:
                 self._status()
+                self._wait_since = time.perf_counter()  # reporting is not waiting
             if self.counters.updates - last_ckpt >= cfg.save_model_period:
                 self.save()
                 last_ckpt = self.counters.updates
+                self._wait_since = time.perf_counter()
         self._status()
 
     def _batch_ready(self) -> bool:
@@ -250,6 +265,8 @@ class Learner:
         for ret, length in episodes:
             self.counters.episodes += 1
             self.returns.append(ret)
+            self.tb.episode(ret, length, self.counters.env_steps,
+                            self.counters.env_steps * self.frames_per_step)
             self.run_dir.episodes.writerow({
                 "env_steps": self.counters.env_steps,
                 "frames": self.counters.env_steps * self.frames_per_step,
@@ -260,6 +277,9 @@ class Learner:
 
     def _update(self, batch: dict[str, torch.Tensor]) -> None:
         cfg = self.cfg
+        t0 = time.perf_counter()
+        wait_s = t0 - self._wait_since
+        lag_mean, lag_max = metrics.policy_lag(batch["version"], self.counters.updates)
         batch = {k: v.to(self.device, non_blocking=True) for k, v in batch.items()
                  if k != "features"}  # for the replays only: the loss does not read them
         lr = polynomial_lr(cfg.lr, cfg.lr_end_value,
@@ -276,11 +296,17 @@ class Learner:
         self.weights.publish(self.model, self.counters.updates)
         stats.update(lr=lr, grad_norm=float(grad_norm))
         self.last_stats = stats
+        update_s = time.perf_counter() - t0
+        self.pipeline.add_update(wait_s, update_s, lag_mean, lag_max, stats)
         self.run_dir.learner.writerow({
             "updates": self.counters.updates, "env_steps": self.counters.env_steps,
             "frames": self.counters.env_steps * self.frames_per_step,
             "fps": round(self.fps, 1), **{k: f"{v:.6g}" for k, v in stats.items()},
+            "policy_lag_mean": f"{lag_mean:.4g}", "policy_lag_max": f"{lag_max:.4g}",
+            "batch_wait_s": f"{wait_s:.4g}", "update_s": f"{update_s:.4g}",
+            "free_slots": len(self.slots.free),
         })
+        self._wait_since = time.perf_counter()
 
     # --- reporting -------------------------------------------------------------
     def _wall(self) -> float:
@@ -319,16 +345,36 @@ class Learner:
         c = self.counters
         mean = self.mean_return()
         s = self.last_stats
+        lag = self.pipeline.lag()
         losses = (f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
                   if s else "no update yet")
+        bar, eta = metrics.progress(c.env_steps, self._max_env_steps,
+                            (self.fps or self.mean_fps()) / self.frames_per_step,
+                            sys.stdout.isatty())
         self.log.info(
-            f"frames {c.env_steps * self.frames_per_step:,} | env steps {c.env_steps:,} | "
+            f"{bar}frames {c.env_steps * self.frames_per_step:,} | env steps {c.env_steps:,} | "
             f"fps {self.fps:,.0f} (mean {self.mean_fps():,.0f}) | updates {c.updates:,} | "
             f"return(100) {'n/a' if mean is None else f'{mean:.2f}'} "
-            f"[{c.episodes} episodes] | {losses}"
+            f"[{c.episodes} episodes] | {losses} | "
+            f"lag {'n/a' if lag is None else f'{lag:.1f}'} | ETA {eta}"
         )
+        self._write_scalars(now - t0)
         self.run_dir.flush()
         self.run_dir.write_summary(self.summary())
+
+    def _write_scalars(self, interval_s: float) -> None:
+        """The status interval's TensorBoard scalars, at the current env steps; flushed."""
+        mean = self.mean_return()
+        self.pipeline.add_actor_times(self.actors.take_actor_seconds())
+        values = {"perf/fps": self.fps, "perf/fps_mean": self.mean_fps(),
+                  "charts/episodes": float(self.counters.episodes),
+                  **self.pipeline.scalars(interval_s),
+                  **metrics.replay_scalars(self.mixer.replays, len(self.slots.free)),
+                  **self.system.sample(os.getpid(), self.actors.pids())}
+        if mean is not None:
+            values["charts/mean_return_100"] = mean
+        self.tb.scalars(values, self.counters.env_steps)
+        self.tb.flush()
 
     def save(self) -> str:
         """An atomic checkpoint; returns the path of `checkpoint.pt`."""
@@ -356,3 +402,4 @@ class Learner:
             self.slots.release(indices)
             self._record_episodes(episodes)
         self.mixer.release_all()
+        self.tb.close()

@@ -3,6 +3,7 @@
     flags.json      the full Config of the run
     episodes.csv    env_steps,frames,episode_return,episode_length,wall_time
     learner.csv     updates,env_steps,frames,fps,policy_loss,value_loss,entropy,lr,...
+    events.out.tfevents.*   TensorBoard scalars (training/metrics.py)
     summary.json    counters and returns, rewritten as the run goes
     run.log         the log (status lines included)
     checkpoint.pt   the newest complete checkpoint
@@ -20,7 +21,9 @@ import time
 
 EPISODE_COLUMNS = ["env_steps", "frames", "episode_return", "episode_length", "wall_time"]
 LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "value_loss",
-                   "entropy", "lr", "mean_rho", "grad_norm"]
+                   "entropy", "lr", "mean_rho", "grad_norm",
+                   # pipeline figures, added at the end (older files lack them)
+                   "policy_lag_mean", "policy_lag_max", "batch_wait_s", "update_s", "free_slots"]
 
 
 def atomic_write_text(path: str, text: str) -> None:
@@ -63,6 +66,8 @@ class RunDir:
     def _open_csv(self, name: str, columns: list[str]):
         path = self.file(name)
         fresh = not os.path.exists(path) or os.path.getsize(path) == 0
+        if not fresh:
+            _extend_header(path, columns)
         f = open(path, "a", newline="")
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
         if fresh:
@@ -94,6 +99,16 @@ def _cut_csv(path: str, rows: int) -> None:
     with open(path, newline="") as f:
         lines = f.readlines()[: rows + 1]
     atomic_write_text(path, "".join(lines))
+
+
+def _extend_header(path: str, columns: list[str]) -> None:
+    """A resumed run's CSV written before columns were added at the end: give it the
+    new header (its old rows simply lack the new fields)."""
+    with open(path, newline="") as f:
+        header = next(csv.reader(f), [])
+        rest = f.read()
+    if header != columns and header == columns[: len(header)]:
+        atomic_write_text(path, ",".join(columns) + "\r\n" + rest)
 
 
 def _make_logger(path: str, echo: bool) -> logging.Logger:

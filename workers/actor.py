@@ -5,7 +5,9 @@ env step over all its envs, with one torch thread. Before each rollout it
 receives one slot per env from the learner and refreshes its weights if a newer
 version was published; it writes T+1 rows into each slot (row 0 repeats the
 previous rollout's last row, see `workers/slots.py`) and sends back
-("rollout", slot indices, [(episode return, length), ...]). With `store_features`
+("rollout", slot indices, [(episode return, length), ...], seconds) where seconds is
+{"env": s, "inference": s, "wait": s}, the time spent since the previous message
+stepping envs, in forward passes and waiting for slots. With `store_features`
 the same forward pass also gives the policy's last hidden layer, written as the
 float16 field "features" (for replays whose `features` are "hidden"; zeros under
 `random_policy`). An exception is sent
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import signal
+import time
 import traceback
 
 import numpy as np
@@ -140,6 +143,8 @@ def _take_slots(grants, held: list[int], n: int, stop) -> list[int] | None:
 
 
 def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messages, stop):
+    clock = time.perf_counter
+    seconds = {"env": 0.0, "inference": 0.0, "wait": 0.0}
     seed = cfg.seed
     rng = torch.Generator().manual_seed(seed)
     env = make_batched_env(cfg.env_id, cfg.envs_per_worker, cfg.env_options, seed=seed)
@@ -161,7 +166,9 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
         row["features"] = features
     try:
         while not stop[0]:
+            t0 = clock()
             taken = _take_slots(grants, held, n, stop)
+            seconds["wait"] += clock() - t0
             if taken is None:
                 break
             slots = torch.tensor(taken, dtype=torch.int64)
@@ -169,7 +176,9 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
             policy.refresh()
             episodes = []
             for t in range(1, cfg.unroll_length + 1):
+                t0 = clock()
                 step = env.step(row["action"].numpy())
+                t1 = clock()
                 obs = torch.from_numpy(step.obs)
                 action, logits, value, features = policy.act(obs)
                 bootstrap = zeros_f
@@ -177,6 +186,8 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
                     bootstrap = torch.zeros(n)
                     idx = np.flatnonzero(step.truncated)
                     bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]))
+                seconds["env"] += t1 - t0
+                seconds["inference"] += clock() - t1
                 row = {
                     "obs": obs, "action": action, "logits": logits, "value": value,
                     "reward": torch.from_numpy(step.reward),
@@ -189,6 +200,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
                     row["features"] = features
                 _write_row(buffers, t, slots, row)
                 episodes.extend((ret, length) for _, ret, length in step.episodes)
-            messages.send(("rollout", tuple(taken), episodes))
+            messages.send(("rollout", tuple(taken), episodes, dict(seconds)))
+            seconds = dict.fromkeys(seconds, 0.0)
     finally:
         env.close()

@@ -2,7 +2,8 @@
 
 Each actor has two pipes of its own: `grants` (learner -> actor: lists of free
 slot indices) and `messages` (actor -> learner: finished rollouts with their
-episodes, or an error). The learner keeps the ledger of which slots each actor
+episodes and the actor's time split, or an error). The time splits are summed in
+`actor_seconds` until `take_actor_seconds()`. The learner keeps the ledger of which slots each actor
 holds, so when an actor dies (an exception, or SIGKILL) its slots are reclaimed
 exactly and a new actor takes its place with a fresh seed; after
 `max_restarts` deaths the run is stopped with `ActorFailure`.
@@ -62,6 +63,7 @@ class ActorPool:
         self.target_held = 2 * cfg.envs_per_worker
         self.worker_count = worker_count
         self.actors: list[_Actor] = []
+        self.actor_seconds: dict[str, float] = {}  # summed since take_actor_seconds()
 
     def start(self) -> None:
         self.actors = [self._spawn(i, 0) for i in range(self.worker_count)]
@@ -115,7 +117,9 @@ class ActorPool:
             while a.messages.poll():
                 msg = a.messages.recv()
                 if msg[0] == "rollout":
-                    _, indices, episodes = msg
+                    indices, episodes = msg[1], msg[2]
+                    for k, v in (msg[3] if len(msg) > 3 else {}).items():
+                        self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
                     a.held.difference_update(indices)
                     out.append((indices, episodes))
                 elif msg[0] == "error":
@@ -148,6 +152,16 @@ class ActorPool:
             a.grants.close()
             a.messages.close()
             self.actors[i] = self._spawn(a.actor_id, a.incarnation + 1)
+
+    def take_actor_seconds(self) -> dict[str, float]:
+        """Seconds the actors spent per category ("env", "inference", "wait") since the
+        previous call, summed over actors."""
+        out, self.actor_seconds = self.actor_seconds, {}
+        return out
+
+    def pids(self) -> list[int | None]:
+        """The current actor processes' pids, by actor id."""
+        return [a.process.pid for a in self.actors]
 
     def alive(self) -> int:
         return sum(a.process.exitcode is None for a in self.actors)
