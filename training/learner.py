@@ -207,7 +207,8 @@ class Learner:
     def run(self, stop_requested=lambda: False, max_env_steps: int | None = None,
             train: bool = True) -> None:
         """Train until `max_env_steps` (default: the config's) env steps were received
-        or `stop_requested()` is true. The update in flight always completes."""
+        or `stop_requested()` is true. The update in flight always completes. With
+        `train=False` rollouts are drained and discarded unread (the pipeline benchmark)."""
         cfg = self.cfg
         max_env_steps = max_env_steps or cfg.environment_max_steps
         self._max_env_steps = max_env_steps
@@ -228,9 +229,12 @@ class Learner:
             if time.time() - last_check >= 1.0:
                 self.actors.check()
                 last_check = time.time()
+            if not train:
+                self.mixer.release_all()
+                continue
             self.mixer.set_updates(self.counters.updates)
             batch = self._next_batch()
-            if batch is not None and train:
+            if batch is not None:
                 self._update(batch)
             if time.time() - self._last_status[0] >= cfg.status_interval:
                 self._status()
