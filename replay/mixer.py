@@ -71,10 +71,17 @@ class BatchMixer:
         self.batch_size = batch_size
 
     def add(self, index: int) -> None:
-        """Offer slot `index` to every replay; free it unless one keeps it."""
+        """Offer slot `index` to every replay; free it unless one keeps it. The slot is
+        copied out of shared memory once, whatever the number of storage replays."""
         kept = False
+        rollout = None
         for replay in self.replays:
-            kept = replay.add(index) or kept
+            if isinstance(replay, StorageReplay):
+                if rollout is None:
+                    rollout = self.pool.gather(torch.tensor([index]))
+                replay.add_rollout(rollout)
+            else:
+                kept = replay.add(index) or kept
         if not kept:
             self.pool.release([index])
 

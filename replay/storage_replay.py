@@ -121,7 +121,10 @@ class StorageReplay:
     # --- inserting -------------------------------------------------------------
     def add(self, index: int) -> bool:
         """Copy slot `index` into the storage; False: the slot is not kept."""
-        batch = self.pool.gather(torch.tensor([index]))
+        return self.add_rollout(self.pool.gather(torch.tensor([index])))
+
+    def add_rollout(self, batch: dict[str, torch.Tensor]) -> bool:
+        """Store column 0 of `batch` (`[T+1, 1, ...]`, a copy of a slot); False."""
         with self.lock:
             self.recent[self.recent_count % RECENT_STATES] = batch["obs"][-1, 0]
             self.recent_count += 1
