@@ -91,7 +91,11 @@ def test_signal_during_startup_still_leaves_a_loadable_checkpoint(results):
     wait_for(lambda: run_dir(results) is not None, 60, "the run directory")
     out = stop_and_check(proc, [signal.SIGINT], results, shm_before)
     assert proc.returncode == 0, out
-    assert load_checkpoint(run_dir(results))["counters"]["updates"] >= 0
+    d = run_dir(results)
+    counters = load_checkpoint(d)["counters"]
+    summary = json.load(open(os.path.join(d, "summary.json")))
+    assert (counters["updates"], counters["env_steps"]) == (summary["updates"],
+                                                            summary["env_steps"])
 
 
 def test_second_signal_exits_at_once_without_damaging_checkpoints(results):
