@@ -34,6 +34,10 @@ class LossConfig:
     clear_value_cloning_weight: float = 0.0  # (V(x) - V_behaviour(x))^2
     # LASER-style trust region: drop steps with KL(behaviour || current) above it; 0: off
     kl_div_threshold: float = 0.0
+    # scale the V-trace policy-gradient advantages of a batch to mean 0 and std 1 (as
+    # PPO implementations and Sample Factory's APPO do), so the entropy weight means
+    # the same whatever the scale of the rewards
+    normalize_advantages: bool = False
 
 
 def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
@@ -50,6 +54,22 @@ def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
         squeezed = torch.tanh(rewards / 5.0)
         return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
     raise ValueError(f"unknown reward_clipping_method {method!r}")
+
+
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
+    """1 - Var(target - predicted) / Var(target) over all elements (NaN if the
+    target is constant)."""
+    var = target.var()
+    return float("nan") if var == 0 else (1.0 - (target - predicted).var() / var).item()
+
+
+def normalize(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """x float32 [T, B] shifted and scaled to mean 0, std 1 over the steps where
+    weight [T, B] (0 or 1) is 1; steps of weight 0 are scaled too but not counted."""
+    n = weight.sum().clamp(min=1.0)
+    mean = (x * weight).sum() / n
+    var = ((x - mean).pow(2) * weight).sum() / (n - 1).clamp(min=1.0)
+    return (x - mean) / (var.sqrt() + eps)
 
 
 def transition_targets(
@@ -121,7 +141,10 @@ def impala_loss(
     )
     weight = torch.ones_like(kl) if mask is None else mask
     denom = weight.sum().clamp(min=1.0)
-    pg_loss = -(vt.target_action_log_probs * vt.pg_advantages * weight).sum() / denom
+    advantages = vt.pg_advantages
+    if cfg.normalize_advantages:
+        advantages = normalize(advantages, weight)
+    pg_loss = -(vt.target_action_log_probs * advantages * weight).sum() / denom
     value_loss = 0.5 * ((vt.vs - values[:-1]).pow(2) * weight).sum() / denom
     entropy = -(target_log_probs.exp() * target_log_probs).sum(-1).mean()
     loss = (
@@ -135,6 +158,13 @@ def impala_loss(
         "entropy": entropy.item(),
         "mean_rho": vt.log_rhos.exp().mean().item(),
         "kl": kl.mean().item(),
+        "adv_mean": vt.pg_advantages.mean().item(),
+        "adv_std": vt.pg_advantages.std().item(),
+        "vs_mean": vt.vs.mean().item(),
+        "value_mean": values[:-1].mean().item(),
+        # 1 - Var(v_s - V(x_s)) / Var(v_s): 1 for a perfect critic, 0 for a constant,
+        # on rollouts not trained on yet (each is taken into a step once)
+        "explained_variance": explained_variance(values[:-1].detach(), vt.vs),
     }
     if mask is not None:
         stats["masked_fraction"] = 1.0 - mask.mean().item()

@@ -1,4 +1,5 @@
-"""Actor-critic networks: the Nature CNN for uint8 pixels, an MLP for vectors.
+"""Actor-critic networks: the Nature CNN for Atari pixels, a small conv net for
+MinAtar's 10x10 grids, an MLP for vectors.
 
 Both map a flat batch of observations to policy logits and a state value:
     forward(obs: [N, *obs_shape]) -> (logits float32 [N, A], value float32 [N])
@@ -15,6 +16,19 @@ import math
 
 import torch
 from torch import nn
+
+
+def orthogonal_init(model: nn.Module, policy: nn.Linear, baseline: nn.Linear) -> None:
+    """Orthogonal weights and zero biases: gain sqrt(2) for the ReLU layers, 0.01 for
+    the policy head (near-uniform first policy), 1 for the value head. This is the
+    initialisation of OpenAI baselines, CleanRL and Sample Factory for Atari; torch's
+    default (uniform, gain 1/sqrt(3) of He's) shrinks activations layer by layer."""
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d | nn.Linear):
+            nn.init.orthogonal_(m.weight, math.sqrt(2))
+            nn.init.zeros_(m.bias)
+    nn.init.orthogonal_(policy.weight, 0.01)
+    nn.init.orthogonal_(baseline.weight, 1.0)
 
 
 class NatureCNN(nn.Module):
@@ -42,6 +56,7 @@ class NatureCNN(nn.Module):
         self.fc = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU())
         self.policy = nn.Linear(hidden_size, num_actions)
         self.baseline = nn.Linear(hidden_size, 1)
+        orthogonal_init(self, self.policy, self.baseline)
 
     def _hidden(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.float().mul_(1.0 / 255.0)
@@ -56,6 +71,35 @@ class NatureCNN(nn.Module):
         """(logits [N, A], value [N], hidden [N, hidden_size]), one pass."""
         h = self._hidden(obs)
         return self.policy(h), self.baseline(h).squeeze(-1), h
+
+
+class MinAtarCNN(nn.Module):
+    """The MinAtar baseline's torso (Young & Tian, 2019): one 3x3 convolution with 16
+    channels over the 10x10 grid, then a `hidden_size` fully connected layer, with
+    policy and value heads.
+
+    Input: uint8 0/1 [N, C, H, W] (C = object channels, not stacked frames), taken
+    as it is. Output: logits [N, A], value [N]; `forward_with_hidden` adds the fc
+    output float32 [N, hidden_size] (after its ReLU).
+    """
+
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 256):
+        super().__init__()
+        c, h, w = obs_shape
+        self.hidden_size = hidden_size
+        self.torso = nn.Sequential(
+            nn.Conv2d(c, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten())
+        n_flat = 16 * (h - 2) * (w - 2)
+        self.fc = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU())
+        self.policy = nn.Linear(hidden_size, num_actions)
+        self.baseline = nn.Linear(hidden_size, 1)
+        orthogonal_init(self, self.policy, self.baseline)
+
+    def _hidden(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.torso(obs.float()))
+
+    forward = NatureCNN.forward
+    forward_with_hidden = NatureCNN.forward_with_hidden
 
 
 class MLP(nn.Module):
@@ -101,8 +145,15 @@ class MLP(nn.Module):
         return self.policy(h), value, h
 
 
+# The Nature CNN's three convolutions need at least 36x36 pixels.
+NATURE_MIN_SIZE = 36
+
+
 def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int) -> nn.Module:
-    """The Nature CNN for [C, H, W] observations, the MLP for anything flatter."""
+    """The Nature CNN for [C, H, W] observations of 36x36 or more (Atari), the MinAtar
+    conv net for smaller grids, the MLP for anything flatter."""
     if len(obs_shape) == 3:
-        return NatureCNN(obs_shape, num_actions, hidden_size)
+        if min(obs_shape[1:]) >= NATURE_MIN_SIZE:
+            return NatureCNN(obs_shape, num_actions, hidden_size)
+        return MinAtarCNN(obs_shape, num_actions, hidden_size)
     return MLP(obs_shape, num_actions, hidden_size)

@@ -71,8 +71,39 @@ def test_atari_game_without_lives_every_termination_is_a_game_over():
 def test_env_info_comes_from_the_env():
     pong = env_info("PongNoFrameskip-v4", EnvOptions(frames_stacked=2))
     assert pong.obs_shape == (2, 84, 84) and pong.num_actions == 6 and pong.frames_per_step == 4
+    assert (pong.kind, pong.frame_stack) == ("atari", 2)
     acro = env_info("Acrobot-v1", EnvOptions())
     assert acro.obs_shape == (6,) and acro.num_actions == 3 and acro.frames_per_step == 1
+    assert (acro.kind, acro.frame_stack) == ("vector", 0)
+    breakout = env_info("MinAtar/Breakout-v1", EnvOptions())
+    assert breakout.obs_shape == (4, 10, 10) and breakout.obs_dtype == "uint8"
+    assert breakout.num_actions == 3 and breakout.frames_per_step == 1
+    # MinAtar channels are object kinds, not a frame stack the replays could share
+    assert (breakout.kind, breakout.frame_stack) == ("minatar", 0)
+
+
+def test_minatar_observations_are_the_game_state_channel_first():
+    import gymnasium as gym
+
+    env = make_batched_env("MinAtar/Breakout-v1", 3, EnvOptions(), seed=5)
+    raw = gym.make("MinAtar/Breakout-v1")
+    obs = env.reset()
+    assert obs.shape == (3, 4, 10, 10) and obs.dtype == np.uint8
+    rng = np.random.default_rng(0)
+    games, seen = 0, set()
+    for _ in range(2000):
+        step = env.step(rng.integers(0, 3, size=3))
+        assert step.obs.dtype == np.uint8 and set(np.unique(step.obs)) <= {0, 1}
+        seen.update(np.unique(step.obs).tolist())
+        games += len(step.episodes)
+        for _, ret, length in step.episodes:
+            assert ret >= 0 and length >= 1
+    assert games > 10 and seen == {0, 1}
+    # channel c of our obs is channel c of the package's [10, 10, C] state
+    raw_obs, _ = raw.reset(seed=11)
+    ours = make_batched_env("MinAtar/Breakout-v1", 1, EnvOptions(), seed=11).reset()[0]
+    np.testing.assert_array_equal(ours, np.moveaxis(raw_obs, -1, 0).astype(np.uint8))
+    env.close()
 
 
 def test_env_id_checks():
@@ -80,6 +111,8 @@ def test_env_id_checks():
     assert check_env_id("BreakoutNoFrameskip-v4") is None
     assert "unknown env" in check_env_id("Breakout-v99")
     assert "discrete action space" in check_env_id("Pendulum-v1")
+    assert check_env_id("MinAtar/Breakout-v1") is None
+    assert "MinAtar/Asterix-v1" in check_env_id("MinAtar/Pong-v1")  # lists the real ones
 
 
 def test_short_corridor_dynamics():

@@ -31,6 +31,14 @@ def test_auto_defaults_follow_the_observation_kind():
     assert (pixels.optimizer, pixels.clip_rewards, pixels.hidden_size) == ("rmsprop", True, 512)
     assert (vector.optimizer, vector.clip_rewards, vector.hidden_size) == ("adam", False, 64)
     assert pixels.worker_count >= 1
+    minatar, errors = parse("--env=MinAtar/Breakout-v1")
+    assert not errors
+    assert (minatar.optimizer, minatar.hidden_size, minatar.envs_per_worker) == ("rmsprop", 256, 8)
+    # the learning fix of issue 8: RMSProp's eps for mean-reduced losses, A2C's clip
+    for cfg in (pixels, minatar):
+        assert (cfg.rmsprop_eps, cfg.gradient_clip_by_norm_threshold, cfg.batch_size) == \
+            (1e-5, 0.5, 8)
+    assert vector.gradient_clip_by_norm_threshold == 40.0
 
 
 def test_explicit_flag_wins_over_auto():

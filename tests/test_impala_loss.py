@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from agents.impala import LossConfig, clip_rewards, impala_loss
+from agents.impala import LossConfig, clip_rewards, explained_variance, impala_loss
 from agents.networks import MLP
 
 
@@ -60,6 +60,40 @@ def test_on_policy_loss_equals_n_step_returns():
         new_logp = torch.log_softmax(model(batch["obs"][:t].reshape(-1, 3))[0], -1)
         new_logp = new_logp.view(t, b, 2).gather(-1, batch["action"][:t, :, None])[..., 0]
     assert ((new_logp - logp) * adv).sum() > 0
+
+
+def test_normalized_advantages_are_the_on_policy_ones_standardised():
+    t, b, gamma = 6, 3, 0.9
+    model = MLP((3,), 2, hidden_size=8)
+    batch, values, logits = _batch(model, t, b, gamma_cut=(3, 1))
+    cfg = LossConfig(gamma=gamma, clip_rewards=False, entropy_loss_weight=0.0,
+                     value_loss_weight=1.0, normalize_advantages=True)
+    _, stats = impala_loss(model, batch, cfg)
+    _, plain = impala_loss(model, batch, LossConfig(gamma=gamma, clip_rewards=False))
+    # by hand, as above: n-step advantages, then (A - mean) / std over all T x B steps
+    returns = torch.zeros(t, b)
+    g = values[t]
+    for s in reversed(range(t)):
+        g = batch["reward"][s + 1] + gamma * (~batch["done"][s + 1]).float() * g
+        returns[s] = g
+    next_returns = torch.cat([returns[1:], values[t:]], 0)
+    adv = batch["reward"][1:] + gamma * (~batch["done"][1:]).float() * next_returns - values[:t]
+    adv = (adv - adv.mean()) / adv.std()
+    logp = torch.log_softmax(logits[:t], -1).gather(-1, batch["action"][:t, :, None])[..., 0]
+    assert abs(stats["policy_loss"] - (-(logp * adv).mean()).item()) < 1e-5
+    # the value targets do not change, and the statistics report the raw advantages
+    assert abs(stats["value_loss"] - plain["value_loss"]) < 1e-6
+    assert abs(stats["adv_std"] - plain["adv_std"]) < 1e-6 and plain["adv_std"] > 0
+
+
+def test_explained_variance_of_perfect_constant_and_noisy_critics():
+    target = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
+    assert explained_variance(target.clone(), target) == 1.0
+    assert abs(explained_variance(torch.full_like(target, 7.0), target)) < 1e-6
+    noisy = target + torch.tensor([[0.1, -0.1], [0.1, -0.1]])
+    expected = 1 - (target - noisy).var() / target.var()
+    assert abs(explained_variance(noisy, target) - expected.item()) < 1e-6
+    assert explained_variance(target, torch.ones(2, 2)) != explained_variance(target, torch.ones(2, 2))
 
 
 def test_reward_clipping_methods():

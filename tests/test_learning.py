@@ -5,6 +5,11 @@
 * CartPole-v1 with nothing but `--env` and `--environment_max_steps=500000`: the
   defaults for vector observations must reach a mean return of 475 over 20
   consecutive training episodes within the budget.
+* MinAtar Breakout-v1 with nothing but `--env` and a budget of 200k env steps: the
+  pixel defaults must reach a mean return of 2.0 over 100 consecutive episodes
+  (a uniform random policy scores 0.37). This is pixel learning on 2 cores in
+  under a minute; with RMSProp's eps at IMPALA's 0.01 on mean-reduced losses (the
+  defect that kept Pong at -20) the best mean-100 in 1M env steps was 0.9.
 """
 
 from __future__ import annotations
@@ -91,3 +96,18 @@ def test_cartpole_with_replay_reaches_475(results, mix):
     solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
     print(f"CartPole-v1 {mix}: mean(20) >= 475 at (env steps, seconds) = {solved}")
     assert solved is not None
+
+
+MINATAR_STEPS = 200_000
+MINATAR_TARGET = 2.0  # mean of 100 episodes; random play: 0.37
+
+
+def test_minatar_breakout_defaults_learn_from_pixels(results):
+    proc = run_main("--env=MinAtar/Breakout-v1", f"--environment_max_steps={MINATAR_STEPS}",
+                    f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window=100,
+                          target=MINATAR_TARGET)
+    print(f"MinAtar Breakout-v1 mean(100) >= {MINATAR_TARGET} at (env steps, seconds) = "
+          f"{solved}")
+    assert solved is not None and solved[0] <= MINATAR_STEPS

@@ -26,6 +26,7 @@ import time
 import numpy as np
 import torch
 import torch.multiprocessing as mp
+from torch.nn.utils import parameters_to_vector
 
 from agents.impala import LossConfig, build_optimizer, impala_loss, polynomial_lr
 from agents.networks import build_model
@@ -66,6 +67,7 @@ def loss_config(cfg) -> LossConfig:
         clear_policy_cloning_weight=cfg.clear_policy_cloning_weight,
         clear_value_cloning_weight=cfg.clear_value_cloning_weight,
         kl_div_threshold=cfg.kl_div_threshold,
+        normalize_advantages=cfg.normalize_advantages,
     )
 
 
@@ -137,7 +139,7 @@ class Learner:
         self.slots = SlotPool(spec, num_slots=slot_count(cfg))
         replays = build_replays(
             entries, self.slots, spec, cfg.r_f_steps,
-            pixel_stack=self.info.obs_shape[0] if self.info.obs_dtype == "uint8" else None,
+            pixel_stack=self.info.frame_stack or None,
             n_envs=cfg.worker_count * cfg.envs_per_worker,
             fill_in_factor=cfg.training_fill_in_factor, features_fn=self.features,
             schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
@@ -295,10 +297,15 @@ class Learner:
         loss.backward()
         max_norm = cfg.gradient_clip_by_norm_threshold or math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        before = parameters_to_vector(self.model.parameters()).detach().clone()
         self.optimizer.step()
         self.counters.updates += 1
         self.weights.publish(self.model, self.counters.updates)
-        stats.update(lr=lr, grad_norm=float(grad_norm))
+        # RMS of the parameter step in units of lr: about 1 for a normalised
+        # RMSProp/Adam step, far below 1 where eps dominates the denominator
+        step = parameters_to_vector(self.model.parameters()).detach() - before
+        step_over_lr = float(step.pow(2).mean().sqrt()) / lr if lr > 0 else 0.0
+        stats.update(lr=lr, grad_norm=float(grad_norm), step_over_lr=step_over_lr)
         self.last_stats = stats
         update_s = time.perf_counter() - t0
         self.pipeline.add_update(wait_s, update_s, lag_mean, lag_max, stats)

@@ -23,7 +23,12 @@ EPISODE_COLUMNS = ["env_steps", "frames", "episode_return", "episode_length", "w
 LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "value_loss",
                    "entropy", "lr", "mean_rho", "grad_norm",
                    # pipeline figures, added at the end (older files lack them)
-                   "policy_lag_mean", "policy_lag_max", "batch_wait_s", "update_s", "free_slots"]
+                   "policy_lag_mean", "policy_lag_max", "batch_wait_s", "update_s", "free_slots",
+                   # learning diagnostics (issue 8): KL(behaviour || learner), V-trace
+                   # advantages and targets, the critic's explained variance, the RMS
+                   # parameter step over the lr
+                   "kl", "adv_mean", "adv_std", "vs_mean", "value_mean", "explained_variance",
+                   "step_over_lr"]
 
 
 def atomic_write_text(path: str, text: str) -> None:

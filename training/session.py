@@ -55,7 +55,7 @@ def preflight(cfg, checkpoint: dict | None) -> str | None:
         return (f"--r_f_steps / --worker_count / --envs_per_worker / --batch_size: the rollout "
                 f"slots need {slots / 2**30:.2f} GiB of shared memory and {shm / 2**30:.2f} GiB "
                 "is free; make them smaller")
-    stack = info.obs_shape[0] if info.obs_dtype == "uint8" else None
+    stack = info.frame_stack or None
     n_envs = cfg.worker_count * cfg.envs_per_worker
     replays = [planned_bytes(e, spec, cfg.r_f_steps, stack, 2 * n_envs)
                for e in entries if e["type"] != "queue"]

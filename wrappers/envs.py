@@ -8,6 +8,11 @@ Kinds of env id:
   * Atari, `PongNoFrameskip-v4` or `ALE/Pong-v5`: ale-py's native `AtariVectorEnv`
     (grayscale 84x84, frame stack, frameskip with max-pooling, noop starts,
     sticky actions). Observations uint8 [E, stack, 84, 84].
+  * MinAtar, `MinAtar/Breakout-v1` and the rest of the `minatar` package (Young &
+    Tian, 2019): gymnasium's sync vector env over the package's envs. Their bool
+    [10, 10, C] channel-last observations become channel-first uint8 0/1
+    [E, C, 10, 10]: the same pixel path as Atari (uint8 slots, a conv net), but
+    the channels are object kinds, not stacked frames.
   * any gymnasium env with a discrete action space and a vector observation
     (CartPole-v1, Acrobot-v1, ShortCorridor-v0, ...): gymnasium's sync vector env.
     Observations float32 [E, D].
@@ -55,8 +60,11 @@ class EnvInfo:
     obs_shape: tuple[int, ...]
     obs_dtype: str  # "uint8" or "float32"
     num_actions: int
-    is_atari: bool
+    kind: str  # "atari", "minatar" or "vector" (see `env_kind`)
     frames_per_step: int  # emulator frames per env step (1 for non-Atari)
+    # frames stacked along obs dim 0, which consecutive observations share (Atari);
+    # 0 where the channels are not a frame stack
+    frame_stack: int
 
 
 @dataclasses.dataclass
@@ -95,6 +103,26 @@ def atari_game(env_id: str) -> str | None:
     return game if game in roms.get_all_rom_ids() else None
 
 
+def is_minatar(env_id: str) -> bool:
+    return env_id.startswith("MinAtar/")
+
+
+def _register_minatar() -> None:
+    import minatar.gym
+
+    if not any(is_minatar(k) for k in gym.envs.registry):
+        minatar.gym.register_envs()
+
+
+def env_kind(env_id: str) -> str:
+    """"atari", "minatar" or "vector": the observation kind that picks the network and
+    the auto defaults of the flags."""
+    env_id = env_id.split(":")[-1]
+    if atari_game(env_id) is not None:
+        return "atari"
+    return "minatar" if is_minatar(env_id) else "vector"
+
+
 def check_env_id(env_id: str) -> str | None:
     """None if `env_id` can be built, else a message saying why not."""
     try:
@@ -103,6 +131,12 @@ def check_env_id(env_id: str) -> str | None:
         return f"cannot import the module of {env_id!r}: {e}"
     if atari_game(env_id) is not None:
         return None
+    if is_minatar(env_id):
+        _register_minatar()
+        if env_id in gym.envs.registry:
+            return None
+        names = sorted(k for k in gym.envs.registry if is_minatar(k))
+        return f"unknown MinAtar env {env_id!r}: one of {', '.join(names)}"
     if _ATARI_V4.match(env_id) or _ATARI_V5.match(env_id):
         return f"no Atari ROM for {env_id!r} in ale-py"
     if env_id not in gym.envs.registry:
@@ -201,8 +235,19 @@ class AtariBatchedEnv:
         self.env.close()
 
 
+def _channel_first_uint8(obs: np.ndarray) -> np.ndarray:
+    """bool [..., H, W, C] -> uint8 0/1 [..., C, H, W] (MinAtar)."""
+    return np.ascontiguousarray(np.moveaxis(obs, -1, -3), dtype=np.uint8)
+
+
 class GymBatchedEnv:
-    def __init__(self, env_id: str, num_envs: int, seed: int, render: bool = False):
+    """gymnasium's sync vector env. Vector observations come as float32 [E, D]; with
+    `pixels` (MinAtar) bool [E, H, W, C] observations come as uint8 [E, C, H, W]."""
+
+    def __init__(self, env_id: str, num_envs: int, seed: int, render: bool = False,
+                 pixels: bool = False):
+        self.to_obs = _channel_first_uint8 if pixels else (
+            lambda o: np.asarray(o, dtype=np.float32))
         self.env = gym.make_vec(
             env_id,
             num_envs=num_envs,
@@ -217,7 +262,7 @@ class GymBatchedEnv:
 
     def reset(self) -> np.ndarray:
         obs, _ = self.env.reset(seed=self.seed)
-        return obs.astype(np.float32)
+        return self.to_obs(obs)
 
     def step(self, actions: np.ndarray) -> StepResult:
         obs, reward, terminated, truncated, info = self.env.step(actions)
@@ -225,13 +270,13 @@ class GymBatchedEnv:
         truncated = truncated & ~terminated
         final_obs = None
         if truncated.any():
-            blank = np.zeros(obs.shape[1:], dtype=np.float32)
-            final_obs = np.stack(
-                [np.asarray(o, dtype=np.float32) if t else blank
+            blank = np.zeros(obs.shape[1:], dtype=obs.dtype)
+            final_obs = self.to_obs(np.stack(
+                [np.asarray(o, dtype=obs.dtype) if t else blank
                  for o, t in zip(info["final_obs"], truncated, strict=True)]
-            )
+            ))
         episodes = self.tracker.update(reward, terminated | truncated)
-        obs = obs.astype(np.float32)
+        obs = self.to_obs(obs)
         return StepResult(obs, reward, terminated, truncated, final_obs, episodes)
 
     def frame(self, obs: np.ndarray, i: int) -> np.ndarray:
@@ -255,6 +300,9 @@ def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int,
     """An `AtariBatchedEnv` or `GymBatchedEnv` of `num_envs` copies of `env_id`.
     With `render`, `env.frame(obs, i)` gives a picture of env i."""
     env_id = _import_prefix(env_id)
+    if is_minatar(env_id):
+        _register_minatar()
+        return GymBatchedEnv(env_id, num_envs, seed, render, pixels=True)
     game = atari_game(env_id)
     if game is not None:
         sticky = options.repeat_action_probability
@@ -268,12 +316,14 @@ def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
     """Observation shape and dtype, action count and frames per step, from the env."""
     env = make_batched_env(env_id, 1, options, seed=0)
     obs = env.reset()
+    atari = isinstance(env, AtariBatchedEnv)
     info = EnvInfo(
         obs_shape=tuple(obs.shape[1:]),
         obs_dtype=str(obs.dtype),
         num_actions=env.num_actions,
-        is_atari=isinstance(env, AtariBatchedEnv),
-        frames_per_step=options.skipped_frames if isinstance(env, AtariBatchedEnv) else 1,
+        kind=env_kind(env_id),
+        frames_per_step=options.skipped_frames if atari else 1,
+        frame_stack=options.frames_stacked if atari else 0,
     )
     env.close()
     return info

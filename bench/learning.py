@@ -1,0 +1,209 @@
+"""Learning speed through the real entry point, as JSON: what every learning claim cites.
+
+    python -m bench.learning --task=pong --seeds=0,1,2 [--frames=4000000] [-- main.py flags]
+    python -m bench.learning --task=minatar_breakout --seeds=0 -- --lr=1e-3
+    python -m bench.learning --env=MinAtar/Asterix-v1 --thresholds=5,10 --frames=2e6
+
+Each seed is one `python main.py --env=... --seed=S --environment_max_steps=...`
+run (flags after `--` are passed through as they are), in its own run directory
+under `--results_dir`. From its episodes.csv it reports, for each return
+threshold, the frames, env steps and wall seconds at which the mean return over
+the last `--window` (100) episodes first reached it (null if never), and the
+final and best mean-100. The top level holds the median over seeds of each
+figure (a seed that never reached a threshold counts as infinitely late, so the
+median is null when half of the seeds or more missed it). A PNG of the curves
+(mean-100 against frames, one line per seed, thresholds dashed) goes next to
+the runs; its path is in the JSON.
+
+Counting: frames = env steps x frameskip (4 on Atari, 1 elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name: (env id, thresholds, default budget in frames)
+TASKS = {
+    "pong": ("PongNoFrameskip-v4", (-15.0, 0.0, 18.0), 4_000_000),
+    "breakout": ("BreakoutNoFrameskip-v4", (10.0, 50.0, 100.0), 10_000_000),
+    "minatar_breakout": ("MinAtar/Breakout-v1", (2.0, 5.0, 10.0), 1_000_000),
+    "minatar_asterix": ("MinAtar/Asterix-v1", (2.0, 5.0, 10.0), 2_000_000),
+    "minatar_space_invaders": ("MinAtar/SpaceInvaders-v1", (5.0, 20.0, 40.0), 2_000_000),
+    "cartpole": ("CartPole-v1", (200.0, 475.0), 500_000),
+}
+
+
+def curve(episodes_csv: str, window: int) -> dict[str, np.ndarray]:
+    """Per finished episode: env_steps, frames, wall_time and the mean return of the
+    last `window` episodes (NaN until `window` episodes are in)."""
+    with open(episodes_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    cols = {k: np.array([float(r[k]) for r in rows])
+            for k in ("env_steps", "frames", "wall_time", "episode_return")}
+    returns = cols["episode_return"]
+    mean = np.full(len(returns), np.nan)
+    if len(returns) >= window:
+        c = np.cumsum(np.insert(returns, 0, 0.0))
+        mean[window - 1:] = (c[window:] - c[:-window]) / window
+    cols["mean"] = mean
+    return cols
+
+
+def first_reached(cols: dict[str, np.ndarray], threshold: float) -> dict | None:
+    """frames, env steps and wall seconds where the running mean first was >= threshold."""
+    hit = np.flatnonzero(np.nan_to_num(cols["mean"], nan=-np.inf) >= threshold)
+    if not len(hit):
+        return None
+    i = hit[0]
+    return {"frames": int(cols["frames"][i]), "env_steps": int(cols["env_steps"][i]),
+            "wall_s": round(float(cols["wall_time"][i]), 1)}
+
+
+def seed_result(run_dir: str, thresholds, window: int) -> dict:
+    cols = curve(os.path.join(run_dir, "episodes.csv"), window)
+    means = cols["mean"][~np.isnan(cols["mean"])]
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        summary = json.load(f)
+    return {
+        "run_dir": run_dir,
+        "frames": summary["frames"], "env_steps": summary["env_steps"],
+        "wall_s": summary["wall_time_s"], "fps_mean": summary["fps_mean"],
+        "episodes": len(cols["episode_return"]),
+        "final_mean": round(float(means[-1]), 3) if len(means) else None,
+        "best_mean": round(float(means.max()), 3) if len(means) else None,
+        "reached": {str(t): first_reached(cols, t) for t in thresholds},
+    }
+
+
+def median_or_none(values: list[float | None]) -> float | None:
+    """Median where a None is later than everything; None if the median is one."""
+    m = statistics.median([math.inf if v is None else v for v in values])
+    return None if math.isinf(m) else m
+
+
+def aggregate(seeds: list[dict], thresholds) -> dict:
+    out = {}
+    for t in thresholds:
+        hits = [s["reached"][str(t)] for s in seeds]
+        out[str(t)] = {k: median_or_none([h and h[k] for h in hits])
+                       for k in ("frames", "env_steps", "wall_s")}
+        out[str(t)]["seeds_reached"] = sum(h is not None for h in hits)
+    finals = [s["final_mean"] for s in seeds if s["final_mean"] is not None]
+    bests = [s["best_mean"] for s in seeds if s["best_mean"] is not None]
+    return {"reached": out,
+            "final_mean": statistics.median(finals) if finals else None,
+            "best_mean": statistics.median(bests) if bests else None}
+
+
+def plot(seeds: list[dict], thresholds, window: int, title: str, path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for s in seeds:
+        cols = curve(os.path.join(s["run_dir"], "episodes.csv"), window)
+        ax.plot(cols["frames"], cols["mean"], label=os.path.basename(s["run_dir"]))
+    for t in thresholds:
+        ax.axhline(t, ls="--", lw=0.8, color="gray")
+    ax.set(xlabel="frames", ylabel=f"mean return of the last {window} episodes", title=title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def run_seed(env: str, seed: int, env_steps: int, results_dir: str, extra: list[str],
+             log) -> tuple[int, str | None]:
+    """One main.py run; (exit status, its run directory)."""
+    before = set(os.listdir(results_dir)) if os.path.isdir(results_dir) else set()
+    cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--env={env}", f"--seed={seed}",
+           f"--environment_max_steps={env_steps}", f"--results_dir={results_dir}", *extra]
+    print("running:", " ".join(cmd), file=log, flush=True)
+    proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    new = sorted(set(os.listdir(results_dir)) - before) if os.path.isdir(results_dir) else []
+    return proc.returncode, os.path.join(results_dir, new[0]) if len(new) == 1 else None
+
+
+def frames_per_step(env: str, extra: list[str]) -> int:
+    from wrappers.envs import env_kind
+
+    if env_kind(env) != "atari":
+        return 1
+    given = [a.split("=", 1)[1] for a in extra if a.startswith("--skipped_frames=")]
+    return int(given[-1]) if given else 4
+
+
+def main(argv: list[str]) -> int:
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) \
+        if "--" in argv else (argv, [])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", choices=sorted(TASKS), help="a named task (env, thresholds)")
+    p.add_argument("--env", help="any env id main.py takes (needs --thresholds)")
+    p.add_argument("--thresholds", help="comma-separated mean-return thresholds")
+    p.add_argument("--frames", type=float, help="budget per seed in frames (default: the "
+                   "task's)")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds, run one after another")
+    p.add_argument("--window", type=int, default=100, help="episodes in the running mean")
+    p.add_argument("--results_dir", default=os.path.join("results", "bench_learning"))
+    p.add_argument("--log", help="file for the runs' output (default: stderr)")
+    args = p.parse_args(ours)
+    if args.task:
+        env, thresholds, budget = TASKS[args.task]
+    elif args.env and args.thresholds:
+        env, thresholds, budget = args.env, (), None
+    else:
+        p.error("give --task, or --env with --thresholds")
+    if args.thresholds:
+        thresholds = tuple(float(x) for x in args.thresholds.split(","))
+    if args.env:
+        env = args.env
+    budget = args.frames or budget
+    if not budget:
+        p.error("give --frames")
+    fps = frames_per_step(env, extra)
+    env_steps = int(budget) // fps
+    seeds = [int(s) for s in args.seeds.split(",")]
+    results_dir = os.path.abspath(args.results_dir)
+    os.makedirs(results_dir, exist_ok=True)
+    log = open(args.log, "a") if args.log else sys.stderr
+    t0 = time.time()
+    per_seed = []
+    for seed in seeds:
+        status, run_dir = run_seed(env, seed, env_steps, results_dir, extra, log)
+        if status != 0 or run_dir is None:
+            print(json.dumps({"env": env, "seed": seed, "error": f"main.py exited {status}",
+                              "run_dir": run_dir}))
+            return 1
+        per_seed.append({"seed": seed, **seed_result(run_dir, thresholds, args.window)})
+    name = args.task or env.replace("/", "-")
+    png = os.path.join(results_dir, f"{name}_{int(t0)}.png")
+    result = {
+        "task": args.task, "env": env, "flags": extra, "seeds": seeds,
+        "budget_frames": env_steps * fps, "budget_env_steps": env_steps,
+        "window": args.window, "thresholds": list(thresholds),
+        "median": aggregate(per_seed, thresholds), "per_seed": per_seed,
+        "curve_png": plot(per_seed, thresholds, args.window,
+                          f"{env} {' '.join(extra)}".strip(), png),
+        "bench_wall_s": round(time.time() - t0, 1),
+    }
+    print(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
