@@ -9,7 +9,9 @@ at most a stray `*.tmp` file.
 A checkpoint is a dict saved with torch.save:
     format_version, config (dict), model, optimizer, counters (env_steps, updates,
     episodes, wall_time), recent_returns, best_mean_return_100,
-    rng (torch, numpy, python), env_info.
+    rng (torch, numpy, python), replays (one state dict per --replay_parameters
+    entry: sampling counters and lambda, and the stored rollouts only with
+    --checkpoint_replay), env_info.
 """
 
 from __future__ import annotations

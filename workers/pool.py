@@ -118,7 +118,7 @@ class ActorPool:
                 msg = a.messages.recv()
                 if msg[0] == "rollout":
                     indices, episodes = msg[1], msg[2]
-                    for k, v in (msg[3] if len(msg) > 3 else {}).items():
+                    for k, v in msg[3].items():
                         self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
                     a.held.difference_update(indices)
                     out.append((indices, episodes))
@@ -162,9 +162,6 @@ class ActorPool:
     def pids(self) -> list[int | None]:
         """The current actor processes' pids, by actor id."""
         return [a.process.pid for a in self.actors]
-
-    def alive(self) -> int:
-        return sum(a.process.exitcode is None for a in self.actors)
 
     # --- stopping ----------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> list[tuple[tuple[int, ...], list]]:

@@ -28,9 +28,6 @@ class SharedWeights:
         self.flat.copy_(vec)
         self.seq[0] = 2 * version
 
-    def version(self) -> int:
-        return int(self.seq[0]) // 2
-
     def pull(self, model: nn.Module, have_version: int, tries: int = 100) -> int:
         """Load the published weights into `model` if newer; the version now held."""
         buf = torch.empty_like(self.flat)
