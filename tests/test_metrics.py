@@ -19,6 +19,8 @@ from training.run_dir import LEARNER_COLUMNS
 from training.sweep_dir import RESULT_COLUMNS
 
 NEW_COLUMNS = ["policy_lag_mean", "policy_lag_max", "batch_wait_s", "update_s", "free_slots"]
+DIAGNOSTIC_COLUMNS = ["kl", "adv_mean", "adv_std", "vs_mean", "value_mean", "explained_variance",
+                      "step_over_lr"]
 
 
 def test_system_metrics_of_this_process_are_sane():
@@ -143,10 +145,16 @@ def test_cartpole_run_writes_tensorboard_events_and_new_columns(results):
     assert actor_s > 0
     with open(os.path.join(run, "learner.csv"), newline="") as f:
         reader = csv.DictReader(f)
-        assert reader.fieldnames == LEARNER_COLUMNS and LEARNER_COLUMNS[-5:] == NEW_COLUMNS
+        assert reader.fieldnames == LEARNER_COLUMNS
+        assert LEARNER_COLUMNS[10:] == NEW_COLUMNS + DIAGNOSTIC_COLUMNS
         rows = list(reader)
     assert rows and all(float(r["policy_lag_mean"]) >= 0 and float(r["update_s"]) > 0
                         for r in rows)
+    # the learning diagnostics are filled in: a KL, a step the optimizer took (the
+    # last updates of the linear schedule may have lr 0, and then no step)
+    assert all(float(r["kl"]) >= 0 and float(r["adv_std"]) >= 0 for r in rows)
+    assert all(float(r["step_over_lr"]) > 0 for r in rows if float(r["lr"]) > 0)
+    assert "losses/step_over_lr" in tags and "losses/explained_variance" in tags
     paths = _plot(run)
     assert sorted(os.path.basename(p) for p in paths) == \
         ["curves.png", "losses.png", "throughput.png"]
