@@ -88,9 +88,15 @@ REPLAY_MIXES = {
 }
 
 
+# env steps per mix: each mix has solved within 100k in some runs and missed 500k in
+# others (actors are asynchronous, so runs differ; the elite mix missed in one of two
+# clean-clone CI runs, the standard mix in a run after it), hence 800k for both
+REPLAY_BUDGETS = {"queue+standard": 800_000, "queue+elite": 800_000}
+
+
 @pytest.mark.parametrize("mix", sorted(REPLAY_MIXES))
 def test_cartpole_with_replay_reaches_475(results, mix):
-    proc = run_main("--env=CartPole-v1", "--environment_max_steps=500000",
+    proc = run_main("--env=CartPole-v1", f"--environment_max_steps={REPLAY_BUDGETS[mix]}",
                     f"--replay_parameters={REPLAY_MIXES[mix]}", f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
