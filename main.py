@@ -1,4 +1,5 @@
-"""Entry point: flags -> Config -> train | train_w_load | test.
+"""Entry point: flags (option_flags) -> Config (training/config.py) -> train |
+train_w_load | test.
 
     python main.py --env=PongNoFrameskip-v4
     python main.py --op_mode=train_w_load --load_model_url=results/<run>
@@ -27,6 +28,7 @@ def _fail(message: str) -> int:
 def run(values: dict, explicit: set[str] = frozenset()) -> int:
     """Run one op mode with the given flag values; returns the exit status."""
     from training.checkpoint import CheckpointError, load_checkpoint
+    from training.config import make_config, merge_saved
 
     checkpoint = None
     if values["op_mode"] in ("train_w_load", "test"):
@@ -37,8 +39,8 @@ def run(values: dict, explicit: set[str] = frozenset()) -> int:
             checkpoint = load_checkpoint(values["load_model_url"])
         except CheckpointError as e:
             return _fail(f"--load_model_url: {e}")
-        values = option_flags.merge_saved(values, explicit, checkpoint["config"])
-    cfg, errors = option_flags.make_config(values)
+        values = merge_saved(values, explicit, checkpoint["config"])
+    cfg, errors = make_config(values)
     if errors:
         print("error: bad flags, nothing was started:", file=sys.stderr)
         for e in errors:

@@ -70,9 +70,11 @@ for one run. To change it, write a script that passes your own function:
         return argv
     sys.exit(multi_train.main(sys.argv[1:], change_args=my_args))
 
-The work is done in training/: sweep_spec.py (checking and expanding the sweep, run
-names), sweep_dir.py (the sweep directory, sweep_summary.csv) and sweep_runner.py
-(starting, watching and stopping the runs, resume); this file is the command line.
+The work is done in sweeps/: spec.py (checking and expanding the sweep, run names),
+directory.py (the sweep directory, sweep_summary.csv) and runner.py (starting, watching
+and stopping the runs, resume); sweep.json and sweep_summary.csv are written with
+training/files.py's atomic_write_text; `python -m sweeps.plot <sweep_dir>` draws the
+curves. This file is the command line.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ import sys
 import time
 from typing import Any
 
-from training.sweep_dir import (
+from sweeps.directory import (
     ATTEMPTS,
     LOCK,
     LOGS,
@@ -93,24 +95,24 @@ from training.sweep_dir import (
     RESULT_COLUMNS,
     SUMMARY,
     Run,
-    _atomic_write,
-    _read_json,
     classify,
+    read_json,
     read_summary,
     write_summary,
 )
-from training.sweep_runner import MAIN, ChangeArgs, Child, Sweep
-from training.sweep_spec import (
+from sweeps.runner import MAIN, ChangeArgs, Child, Sweep
+from sweeps.spec import (
     MAX_NAME,
     ROOT,
     SPEC_KEYS,
-    _digest,
-    _parse_json,
     build_spec,
+    digest,
     expand,
     flag_text,
+    parse_json,
     run_name,
 )
+from training.files import atomic_write_text
 
 __all__ = [
     "ATTEMPTS", "LOCK", "LOGS", "MAIN", "MANIFEST", "MAX_NAME", "RESULT_COLUMNS", "ROOT",
@@ -184,7 +186,7 @@ def main(argv: list[str], change_args: ChangeArgs = change_args) -> int:
         if given or cli_base:
             problems.append(f"--resume: the sweep comes from {MANIFEST}; drop "
                             f"{' '.join(given + cli_base)}")
-        manifest = _read_json(os.path.join(args.resume, MANIFEST))
+        manifest = read_json(os.path.join(args.resume, MANIFEST))
         if manifest is None or not {"base", "runs", "varied"} <= set(manifest):
             problems.append(f"--resume: {os.path.join(args.resume, MANIFEST)} is missing or "
                             "not a sweep manifest")
@@ -196,17 +198,17 @@ def main(argv: list[str], change_args: ChangeArgs = change_args) -> int:
         if args.sweep_file is not None:
             try:
                 with open(args.sweep_file) as f:
-                    file_spec = _parse_json(f.read(), f"--sweep_file={args.sweep_file}",
-                                            problems)
+                    file_spec = parse_json(f.read(), f"--sweep_file={args.sweep_file}",
+                                           problems)
             except OSError as e:
                 problems.append(f"--sweep_file: cannot read {args.sweep_file}: {e.strerror}")
             if file_spec is not None and not isinstance(file_spec, dict):
                 problems.append(f"--sweep_file: must hold a JSON object with keys "
                                 f"{list(SPEC_KEYS)}")
                 file_spec = None
-        grid = None if args.grid is None else _parse_json(args.grid, "--grid", problems)
+        grid = None if args.grid is None else parse_json(args.grid, "--grid", problems)
         runs_list = (None if args.runs_list is None
-                     else _parse_json(args.runs_list, "--list", problems))
+                     else parse_json(args.runs_list, "--list", problems))
         if problems:
             return _error(problems)
         if args.grid is None and args.runs_list is None and args.seeds is None and not (
@@ -217,10 +219,10 @@ def main(argv: list[str], change_args: ChangeArgs = change_args) -> int:
             return _error(problems)
         manifest = {"format": 1, **spec}
         sweep_dir = args.sweep_dir or os.path.join(
-            "results", "sweeps", f"sweep_{_digest([spec['base'], spec['runs']])}")
+            "results", "sweeps", f"sweep_{digest([spec['base'], spec['runs']])}")
         existing_path = os.path.join(sweep_dir, MANIFEST)
         if os.path.exists(existing_path):
-            existing = _read_json(existing_path) or {}
+            existing = read_json(existing_path) or {}
             if (existing.get("base"), existing.get("runs")) != (spec["base"], spec["runs"]):
                 return _error([f"--sweep_dir: {sweep_dir} holds a different sweep; give a new "
                                f"--sweep_dir, or --resume={sweep_dir} to finish that one"])
@@ -248,7 +250,7 @@ def main(argv: list[str], change_args: ChangeArgs = change_args) -> int:
     try:
         manifest_path = os.path.join(sweep_dir, MANIFEST)
         if not os.path.exists(manifest_path):
-            _atomic_write(manifest_path, json.dumps(
+            atomic_write_text(manifest_path, json.dumps(
                 {**manifest, "created": time.strftime("%Y-%m-%d %H:%M:%S"),
                  "command": command}, indent=2))
         sweep = Sweep(sweep_dir, manifest, args.parallel_runs, args.stop_timeout, change_args)

@@ -1,22 +1,21 @@
-"""Every command-line flag, and the frozen `Config` built from them.
+"""Every command-line flag (absl), and the only module besides `main.py` that reads
+`FLAGS`.
 
 Flags keep the seed platform's names. A flag whose default is `None` ("auto")
-takes a value that suits the observation kind of `--env` (pixels or vector), see
-`AUTO_DEFAULTS`; a value given on the command line always wins. `make_config`
-checks everything and returns all the problems at once; `main.py` prints them
-and exits with status 2 before anything is written or started.
+takes a value that suits the observation kind of `--env` (Atari, MinAtar or
+vector), see `training.config.AUTO_DEFAULTS`; a value given on the command line
+always wins. `training.config.make_config` turns the values into the frozen
+`Config` and lists every problem; `main.py` prints them and exits with status 2
+before anything is written or started. `default_values` gives a Config's worth of
+values without a command line (benchmarks, tests); the `check_*` functions at the
+end serve code that writes main.py command lines (sweeps).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import os
-
 from absl import flags
 
-from replay.config import parse_replay_parameters
-from wrappers.envs import check_env_id, env_kind
+from training.config import config_fields
 
 FLAGS = flags.FLAGS
 
@@ -83,9 +82,10 @@ flags.DEFINE_float("rmsprop_eps", 1e-5,
                    "RMSProp epsilon, added to the root of the mean square (torch). 1e-5 suits "
                    "the losses here, means over T x B; IMPALA's 0.01 was for sums.")
 flags.DEFINE_float("rmsprop_alpha", 0.99, "RMSProp decay.")
-flags.DEFINE_float("gradient_clip_by_norm_threshold", None,
-                   "Global gradient-norm clip (of the mean-reduced losses); 0: off; auto: 0.5 "
-                   "pixels (as A2C, CleanRL, Sample Factory), 40 vector (never reached).")
+flags.DEFINE_float("gradient_clip_by_norm_threshold", 0.5,
+                   "Global gradient-norm clip (of the mean-reduced losses); 0: off. 0.5 as A2C, "
+                   "CleanRL and Sample Factory; on CartPole 40 (never reached) let the policy "
+                   "fall back after solving.")
 flags.DEFINE_integer("hidden_size", None, "Width of the last hidden layer; auto: 512 Atari, 256 "
                      "MinAtar, 64 vector.")
 
@@ -140,151 +140,6 @@ flags.DEFINE_integer("keep_checkpoints", 3, "Numbered checkpoints kept in the ru
 flags.DEFINE_float("status_interval", 5.0, "Seconds between status lines.")
 
 
-ENV_KINDS = ("atari", "minatar", "vector")  # wrappers.envs.env_kind
-AUTO_DEFAULTS = {
-    # flag: (atari, minatar, vector)
-    "batch_size": (8, 8, 16),
-    "r_f_steps": (20, 20, 20),
-    "optimizer": ("rmsprop", "rmsprop", "adam"),
-    "lr": (6e-4, 6e-4, 2e-3),
-    "hidden_size": (512, 256, 64),
-    "envs_per_worker": (4, 8, 8),
-    "clip_rewards": (True, True, False),
-    "gradient_clip_by_norm_threshold": (0.5, 0.5, 40.0),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    op_mode: str
-    seed: int
-    device: str
-    load_model_url: str | None
-    test_episode_count: int
-    test_policy: str
-    render: bool
-    env: str
-    environment_max_steps: int
-    skipped_frames: int
-    frames_stacked: int
-    noop_threshold: int
-    episodic_life: bool
-    repeat_action_probability: float | None
-    batch_size: int
-    r_f_steps: int
-    optimizer: str
-    lr: float
-    lr_end_value: float
-    lr_decay_power: float
-    rmsprop_eps: float
-    rmsprop_alpha: float
-    gradient_clip_by_norm_threshold: float
-    hidden_size: int
-    worker_count: int
-    envs_per_worker: int
-    learner_threads: int
-    max_actor_restarts: int
-    replay_parameters: str
-    training_fill_in_factor: float
-    caching: bool
-    cache_output_buffer_size: int
-    checkpoint_replay: bool
-    clear_policy_cloning_weight: float
-    clear_value_cloning_weight: float
-    kl_div_threshold: float
-    gamma: float
-    rho_const: float
-    pg_rho_const: float
-    c_const: float
-    policy_gradient_loss_weight: float
-    value_loss_weight: float
-    entropy_loss_weight: float
-    clip_rewards: bool
-    normalize_advantages: bool
-    reward_clipping_method: str
-    results_dir: str
-    save_model_period: int
-    keep_checkpoints: int
-    status_interval: float
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def config_fields() -> list[str]:
-    return [f.name for f in dataclasses.fields(Config)]
-
-
-def make_config(values: dict) -> tuple[Config | None, list[str]]:
-    """A `Config` from flag values (name -> value, None for auto), and every error."""
-    errors: list[str] = []
-    v = dict(values)
-    env_problem = check_env_id(v["env"])
-    if env_problem:
-        errors.append(f"--env: {env_problem}")
-    kind = ENV_KINDS.index(env_kind(v["env"]))
-    for name, pair in AUTO_DEFAULTS.items():
-        if v.get(name) is None:
-            v[name] = pair[kind]
-    cores = os.cpu_count() or 1
-    if v.get("worker_count") is None:
-        v["worker_count"] = cores
-    if v.get("learner_threads") is None:
-        v["learner_threads"] = cores
-
-    not_finite = [f"--{f.name}: must be a finite number, got {v[f.name]}"
-                  for f in dataclasses.fields(Config)
-                  if isinstance(v.get(f.name), float) and not math.isfinite(v[f.name])]
-    if not_finite:  # the range checks below would be meaningless
-        return None, errors + not_finite
-
-    def positive(name: str) -> None:
-        if v[name] is None or v[name] <= 0:
-            errors.append(f"--{name}: must be > 0, got {v[name]}")
-
-    for name in ("environment_max_steps", "batch_size", "r_f_steps", "worker_count",
-                 "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
-                 "hidden_size", "lr", "save_model_period", "status_interval",
-                 "test_episode_count", "keep_checkpoints", "cache_output_buffer_size"):
-        positive(name)
-    for name in ("noop_threshold", "max_actor_restarts", "lr_end_value",
-                 "gradient_clip_by_norm_threshold", "value_loss_weight",
-                 "entropy_loss_weight", "policy_gradient_loss_weight",
-                 "clear_policy_cloning_weight", "clear_value_cloning_weight", "kl_div_threshold"):
-        if v[name] < 0:
-            errors.append(f"--{name}: must be >= 0, got {v[name]}")
-    if not 0 <= v["gamma"] <= 1:
-        errors.append(f"--gamma: must be in [0, 1], got {v['gamma']}")
-    for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):
-        if v[name] <= 0:
-            errors.append(f"--{name}: must be > 0, got {v[name]}")
-    if not 0 <= v["training_fill_in_factor"] <= 1:
-        errors.append(f"--training_fill_in_factor: must be in [0, 1], "
-                      f"got {v['training_fill_in_factor']}")
-    if not 0 <= v["rmsprop_alpha"] < 1:
-        errors.append(f"--rmsprop_alpha: must be in [0, 1), got {v['rmsprop_alpha']}")
-    if v["lr_decay_power"] <= 0:
-        errors.append(f"--lr_decay_power: must be > 0, got {v['lr_decay_power']}")
-    if v["lr"] > 0 and v["lr_end_value"] > v["lr"]:
-        errors.append(f"--lr_end_value: {v['lr_end_value']} is above --lr={v['lr']}; "
-                      "the schedule decays from lr to lr_end_value")
-    if not 0 <= v["seed"] < 2**30:
-        errors.append(f"--seed: must be in [0, 2**30), got {v['seed']}")
-    rap = v.get("repeat_action_probability")
-    if rap is not None and not 0 <= rap < 1:
-        errors.append(f"--repeat_action_probability: must be in [0, 1), got {rap}")
-    if v["op_mode"] in ("train_w_load", "test") and not v.get("load_model_url"):
-        errors.append(f"--load_model_url: required with --op_mode={v['op_mode']}; "
-                      "give a run directory or a checkpoint.pt")
-    _, replay_errors = parse_replay_parameters(
-        v["replay_parameters"], v["batch_size"] if v["batch_size"] > 0 else 0
-    )
-    errors.extend(f"--replay_parameters: {e}" for e in replay_errors)
-    if errors:
-        return None, errors
-    return Config(**{name: v[name] for name in config_fields()}), []
-
-
 def default_values(**overrides) -> dict:
     """The flags' defaults (None for auto), updated with `overrides`: a Config's
     worth of values for code that does not parse a command line (bench, sweeps)."""
@@ -295,24 +150,44 @@ def default_values(**overrides) -> dict:
     return {**values, **overrides}
 
 
-# Never taken from a checkpoint: they say what this invocation does.
-PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_policy", "render",
-                  "results_dir")
-
-
-def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
-    """Flag priority: given on the command line (`explicit`; multi_train.py passes its
-    overrides there too) > saved in the checkpoint (`saved`) > defaults (`values`)."""
-    merged = dict(values)
-    for name, value in saved.items():
-        if name in merged and name not in explicit and name not in PER_INVOCATION:
-            merged[name] = value
-    return merged
-
-
 def flag_values() -> tuple[dict, set[str]]:
     """The parsed absl flags that make a Config, and the names given on the command
     line (call after absl parsed argv)."""
     names = config_fields()
     return ({name: FLAGS[name].value for name in names},
             {name for name in names if FLAGS[name].present})
+
+
+# --- checks of flag names, values and command lines for code that builds main.py's command
+# lines (sweeps/spec.py): only this module reads FLAGS, and nothing here changes it
+def flag_names() -> set[str]:
+    """Every flag name main.py accepts (absl's own, --flagfile for one, included)."""
+    return set(FLAGS)
+
+
+def check_flag_value(name: str, text: str) -> str | None:
+    """The parser's error for `--name=text`, or None when the flag's parser takes it."""
+    try:
+        FLAGS[name].parser.parse(text)
+    except Exception as e:  # absl raises ValueError or flags.Error subclasses
+        return str(e)
+    return None
+
+
+def check_command_line(args: list[str]) -> tuple[list[str], set[str]]:
+    """Parse `["main.py", *args]` into a copy of FLAGS (the global flags stay as they are).
+
+    Returns (problems, the flag names given): absl's parse error, or the arguments that are
+    not flags; after a parse error no names.
+    """
+    import copy
+
+    parsed = copy.deepcopy(FLAGS)
+    try:
+        rest = parsed(["main.py", *args])
+    except Exception as e:  # absl's flags.Error
+        return [str(e)], set()
+    problems = []
+    if len(rest) > 1:
+        problems.append(f"unexpected arguments {rest[1:]}; flags look like --name=value")
+    return problems, {name for name in parsed if parsed[name].present}

@@ -178,20 +178,3 @@ def impala_loss(
             + cfg.clear_value_cloning_weight * value_cloning
         stats.update(policy_cloning=policy_cloning.item(), value_cloning=value_cloning.item())
     return loss, stats
-
-
-def build_optimizer(
-    params, name: str, lr: float, rmsprop_eps: float, rmsprop_alpha: float = 0.99
-) -> torch.optim.Optimizer:
-    """RMSProp (IMPALA's choice) or Adam."""
-    if name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=lr, alpha=rmsprop_alpha, eps=rmsprop_eps)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr)
-    raise ValueError(f"unknown optimizer {name!r}")
-
-
-def polynomial_lr(lr: float, lr_end: float, progress: float, power: float = 1.0) -> float:
-    """Polynomial decay from `lr` to `lr_end` as progress goes from 0 to 1."""
-    progress = min(max(progress, 0.0), 1.0)
-    return (lr - lr_end) * (1.0 - progress) ** power + lr_end

@@ -157,3 +157,26 @@ def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int) 
             return NatureCNN(obs_shape, num_actions, hidden_size)
         return MinAtarCNN(obs_shape, num_actions, hidden_size)
     return MLP(obs_shape, num_actions, hidden_size)
+
+
+@torch.no_grad()
+def policy_features(model: nn.Module, obs: torch.Tensor, obs_shape: tuple[int, ...],
+                    kind: str = "logits", chunk: int = 2048) -> torch.Tensor:
+    """The current policy's features of obs [..., *obs_shape] (any device; computed on
+    the model's, in chunks): kind "logits" -> float32 [..., A]; "hidden" -> the policy
+    path's last hidden layer, float32 [..., H] (what the actors store as "features").
+    What elite and attentive replays compare."""
+    if kind == "hidden":
+        def net(x):
+            return model.forward_with_hidden(x)[2]
+    elif kind == "logits":
+        def net(x):
+            return model(x)[0]
+    else:
+        raise ValueError(f"kind must be 'logits' or 'hidden', got {kind!r}")
+    device = next(model.parameters()).device
+    lead = obs.shape[: obs.dim() - len(obs_shape)]
+    flat = obs.reshape(-1, *obs_shape)
+    out = [net(flat[i:i + chunk].to(device)).float().cpu()
+           for i in range(0, flat.shape[0], chunk)]
+    return torch.cat(out).reshape(*lead, -1)

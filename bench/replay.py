@@ -6,7 +6,8 @@ Fills a `standard` and a `custom` (elite, lambda 6, strategy 3, ln_norm) replay 
 the same real Pong rollouts (random policy, 8 envs, T=20), then measures batches
 drawn uniformly against batches whose `--elite_share` (0.5, as in queue 0.5 +
 elite 0.5) is drawn by elite sampling and the rest uniformly:
-    updates_per_s_uniform / _elite   learner updates (sample + IMPALA step) per second
+    updates_per_s_uniform / _elite   learner updates (sample + the training step of the
+                                     Pong defaults, `training.factory.make_agent`) per second
     elite_over_uniform               their ratio (goal >= 0.85)
     bytes_per_step                   allocated replay bytes per stored env step
     batch_prep_ms_uniform / _elite   time to prepare one batch
@@ -28,12 +29,13 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from agents.impala import LossConfig, build_optimizer, impala_loss  # noqa: E402
-from agents.networks import build_model  # noqa: E402
+from option_flags import default_values  # noqa: E402
 from replay.config import parse_replay_parameters  # noqa: E402
 from replay.mixer import BatchMixer, Prefetcher, build_replays  # noqa: E402
+from training.config import make_config  # noqa: E402
+from training.factory import make_agent  # noqa: E402
 from workers.slots import SlotPool, rollout_spec  # noqa: E402
-from wrappers.envs import EnvOptions, make_batched_env  # noqa: E402
+from wrappers.envs import EnvOptions, env_info, make_batched_env  # noqa: E402
 
 T, ENVS = 20, 8
 
@@ -60,9 +62,8 @@ def fill(replays, pool, model, rollouts: int) -> None:
     env.close()
 
 
-def updates_per_s(mixer, model, optimizer, updates: int, cached: bool) -> tuple[float, float]:
+def updates_per_s(mixer, agent, updates: int, cached: bool) -> tuple[float, float]:
     """(updates per second, mean batch preparation ms)."""
-    cfg = LossConfig()
     prefetcher = Prefetcher(mixer, 2) if cached else None
     prep = []
     t0 = time.perf_counter()
@@ -70,10 +71,7 @@ def updates_per_s(mixer, model, optimizer, updates: int, cached: bool) -> tuple[
         t = time.perf_counter()
         batch = prefetcher.get(timeout=60) if cached else mixer.sample()
         prep.append(time.perf_counter() - t)
-        loss, _ = impala_loss(model, batch, cfg)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        agent.update(batch, 0.0)
     rate = updates / (time.perf_counter() - t0)
     if prefetcher is not None:
         prefetcher.close()
@@ -92,8 +90,11 @@ def main() -> None:
     torch.manual_seed(0)
     spec = rollout_spec(T, (4, 84, 84), "uint8", 6)
     pool = SlotPool(spec, num_slots=ENVS)
-    model = build_model((4, 84, 84), 6, 512)
-    optimizer = build_optimizer(model.parameters(), "rmsprop", 6e-4, 0.01)
+    cfg, errors = make_config(default_values(env="PongNoFrameskip-v4",
+                                             batch_size=args.batch_size))
+    assert not errors, errors
+    agent = make_agent(cfg, env_info(cfg.env, cfg.env_options()))
+    model = agent.model
 
     @torch.no_grad()
     def features(obs):
@@ -107,7 +108,7 @@ def main() -> None:
             '"elite_sampling_strategy": "strategy3", "dist_function": "ln_norm"}]')
     entries, errors = parse_replay_parameters(text, args.batch_size)
     assert not errors, errors
-    uniform, elite = build_replays(entries, pool, spec, T, 4, ENVS, 0.0, features, 1e9)
+    uniform, elite = build_replays(entries, pool, spec, T, 4, 2 * ENVS, 0.0, features, 1e9)
     fill([uniform, elite], pool, model, cap)
     result = {"rollouts_stored": len(elite), "batch_size": args.batch_size,
               "bytes_per_step": round(elite.storage.bytes_per_step(), 1),
@@ -118,12 +119,12 @@ def main() -> None:
     result["elite_share"] = share
     for name, (replays, ratios) in setups.items():
         mixer = BatchMixer(pool, replays, ratios, args.batch_size)
-        updates_per_s(mixer, model, optimizer, 3, cached=False)  # warm-up
-        rate, prep = updates_per_s(mixer, model, optimizer, args.updates, cached=False)
+        updates_per_s(mixer, agent, 3, cached=False)  # warm-up
+        rate, prep = updates_per_s(mixer, agent, args.updates, cached=False)
         result[f"updates_per_s_{name}"] = round(rate, 3)
         result[f"batch_prep_ms_{name}"] = round(prep, 1)
         if name == "elite":
-            rate, wait = updates_per_s(mixer, model, optimizer, args.updates, cached=True)
+            rate, wait = updates_per_s(mixer, agent, args.updates, cached=True)
             result["updates_per_s_elite_cached"] = round(rate, 3)
             result["batch_wait_ms_elite_cached"] = round(wait, 1)
     result["elite_over_uniform"] = round(result["updates_per_s_elite"]

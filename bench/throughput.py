@@ -6,11 +6,12 @@ Measured on the same env with the same worker_count x envs_per_worker, each
 using the whole machine, all in frames/s (env steps x frameskip):
     env_ceiling_fps  worker_count processes stepping raw AtariVectorEnvs (random actions)
     pipeline_fps     the real actors (random policy) through slots and queues; the
-                     learner drains and discards the batches
+                     learner samples the batches and discards them (no update)
     train_fps        full training with the default model
     inference_fps    worker_count processes (one torch thread each) running the actor's
                      batched forward pass on envs_per_worker observations
-    learner_fps      the learner's IMPALA step alone on synthetic batches [T+1, B, ...]
+    learner_fps      the learner's step alone (`training.factory.make_agent`'s `update`,
+                     as training takes it) on synthetic batches [T+1, B, ...]
     compute_bound_fps  1 / (1/env + 1/inference + 1/learner): what full training could
                      reach if the machine did nothing but these three, one after another
 and the ratios pipeline_over_ceiling, train_over_ceiling and train_over_bound.
@@ -34,9 +35,12 @@ import torch.multiprocessing as mp
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from option_flags import default_values, make_config  # noqa: E402
-from training.learner import Learner, env_options, resolve_device  # noqa: E402
+from option_flags import default_values  # noqa: E402
+from training.config import Config, make_config, resolve_device  # noqa: E402
+from training.factory import build_learner, make_agent  # noqa: E402
+from training.plan import make_plan  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
+from workers.actor import ModelPolicy, RandomPolicy  # noqa: E402
 from wrappers.envs import env_info, make_batched_env  # noqa: E402
 
 
@@ -57,13 +61,13 @@ def _raw_env_worker(env_id, options, n_envs, seconds, seed, out):
     env.close()
 
 
-def env_ceiling_fps(cfg, seconds: float) -> float:
+def env_ceiling_fps(cfg: Config, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [
         ctx.Process(
             target=_raw_env_worker,
-            args=(cfg.env, env_options(cfg.to_dict()), cfg.envs_per_worker, seconds, i, out),
+            args=(cfg.env, cfg.env_options(), cfg.envs_per_worker, seconds, i, out),
         )
         for i in range(cfg.worker_count)
     ]
@@ -72,7 +76,7 @@ def env_ceiling_fps(cfg, seconds: float) -> float:
     results = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    info = env_info(cfg.env, env_options(cfg.to_dict()))
+    info = env_info(cfg.env, cfg.env_options())
     return sum(s / t for s, t in results) * info.frames_per_step
 
 
@@ -96,7 +100,7 @@ def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, n_envs, seconds
     out.put((calls * n_envs, time.time() - t0))
 
 
-def inference_fps(cfg, info, seconds: float) -> float:
+def inference_fps(cfg: Config, info, seconds: float) -> float:
     """Actor inference alone, in worker_count processes, frames/s."""
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
@@ -112,18 +116,12 @@ def inference_fps(cfg, info, seconds: float) -> float:
     return sum(s / t for s, t in results) * info.frames_per_step
 
 
-def learner_alone_fps(cfg, info, updates: int) -> float:
-    """The IMPALA step alone on synthetic batches, with the learner's threads, frames/s."""
+def learner_alone_fps(cfg: Config, info, updates: int) -> float:
+    """The training step alone on synthetic batches, with the learner's threads, frames/s."""
     import torch
 
-    from agents.impala import build_optimizer, impala_loss
-    from agents.networks import build_model
-    from training.learner import loss_config, resolve_device
-
     torch.set_num_threads(cfg.learner_threads)
-    device = resolve_device(cfg.device)
-    model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size).to(device)
-    optimizer = build_optimizer(model.parameters(), cfg.optimizer, cfg.lr, cfg.rmsprop_eps)
+    agent = make_agent(cfg, info)
     t1, b = cfg.r_f_steps + 1, cfg.batch_size
     obs = torch.randint(0, 255, (t1, b, *info.obs_shape), dtype=torch.uint8) \
         if info.obs_dtype == "uint8" else torch.randn(t1, b, *info.obs_shape)
@@ -132,39 +130,50 @@ def learner_alone_fps(cfg, info, updates: int) -> float:
              "reward": torch.randn(t1, b), "done": torch.zeros(t1, b, dtype=torch.bool),
              "truncated": torch.zeros(t1, b, dtype=torch.bool),
              "bootstrap_value": torch.zeros(t1, b)}
-    batch = {k: v.to(device) for k, v in batch.items()}
-    lcfg = loss_config(cfg)
+    batch = {k: v.to(agent.device) for k, v in batch.items()}
 
-    def step():
-        loss, _ = impala_loss(model, batch, lcfg)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    def sync():
+        if agent.device.type == "cuda":
+            torch.cuda.synchronize()
 
     for _ in range(3):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+        agent.update(batch, 0.0)
+    sync()
     t0 = time.time()
-    for _ in range(updates):
-        step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    for k in range(updates):
+        agent.update(batch, k / updates)
+    sync()
     return updates * cfg.r_f_steps * b * info.frames_per_step / (time.time() - t0)
 
 
-def learner_fps(cfg, steps: int, train: bool) -> float:
+class DiscardingAgent:
+    """Takes the place of the agent in the pipeline measurement: batches are sampled
+    and dropped, no step is taken."""
+
+    def __init__(self, agent):
+        self.model, self.device = agent.model, agent.device
+
+    def update(self, batch, progress: float) -> dict[str, float]:
+        return {}
+
+
+def learner_fps(cfg: Config, steps: int, train: bool) -> float:
+    """Frames/s of a run from its first rollout: training (`train`), or random actors
+    with the batches discarded."""
     with tempfile.TemporaryDirectory() as tmp:
         run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False)
-        learner = Learner(cfg, run, random_policy=not train)
+        learner = build_learner(cfg, make_plan(cfg), run,
+                                policy=ModelPolicy if train else RandomPolicy)
+        if not train:
+            learner.agent = DiscardingAgent(learner.agent)
         try:
-            learner.run(max_env_steps=steps, train=train)
+            learner.run(max_env_steps=steps)
             t_end, steps_end = time.time(), learner.counters.env_steps
         finally:
             learner.close()
             run.close()
-        t0, s0 = learner.first_rollout_at
-        return (steps_end - s0) * learner.frames_per_step / (t_end - t0)
+        t0, s0 = learner.report.first_rollout_at
+        return (steps_end - s0) * learner.info.frames_per_step / (t_end - t0)
 
 
 def main() -> None:
@@ -189,7 +198,7 @@ def main() -> None:
     cfg, errors = make_config(values)
     if errors:
         sys.exit("\n".join(errors))
-    info = env_info(cfg.env, env_options(cfg.to_dict()))
+    info = env_info(cfg.env, cfg.env_options())
     runs = []
     for _ in range(args.repeats):
         run = {"env_ceiling_fps": env_ceiling_fps(cfg, args.seconds),

@@ -5,13 +5,17 @@
       "sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6,
       "alfa_annealing_factor": 2.0}]
 
-`parse_replay_parameters` returns the entries, completed with their defaults, and a
-list of every problem found, each naming the entry's index and key.
+`parse_replay_parameters` returns one typed `ReplaySpec` per entry, completed with
+its defaults, and a list of every problem found, each naming the entry's index and
+key. The specs are parsed once, with the config (`training/config.py`); everything
+downstream reads `Config.replays`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 
 TYPES = ("queue", "standard", "custom", "elite")  # elite: an alias of custom
 COMMON = {"type": None, "capacity": 1, "sample_ratio": None}
@@ -67,22 +71,64 @@ def _check_custom(i: int, e: dict, errors: list[str]) -> None:
         errors.append(f"entry {i}: 'elite_batch_size' must be an integer >= 1, got {ebs!r}")
 
 
-def uses_hidden_features(entry: dict) -> bool:
-    """Whether a parsed entry's distances use hidden-layer features (not logits)."""
-    return entry.get("type") == "custom" and entry.get("features") == "hidden"
+@dataclasses.dataclass(frozen=True)
+class ReplaySpec:
+    """One checked `--replay_parameters` entry. `type` is "queue", "standard" or
+    "custom" (the alias "elite" is resolved). The fields after `sample_ratio` are
+    read by custom replays only; a queue or standard entry keeps their defaults."""
+
+    type: str
+    capacity: int
+    sample_ratio: float
+    dist_function: str = CUSTOM_DEFAULTS["dist_function"]
+    p: float = CUSTOM_DEFAULTS["p"]
+    sample_strategy: str = CUSTOM_DEFAULTS["sample_strategy"]
+    insert_strategy: str = CUSTOM_DEFAULTS["insert_strategy"]
+    elite_sampling_strategy: str = CUSTOM_DEFAULTS["elite_sampling_strategy"]
+    lambda_batch_multiplier: float = CUSTOM_DEFAULTS["lambda_batch_multiplier"]
+    alfa_annealing_factor: float = CUSTOM_DEFAULTS["alfa_annealing_factor"]
+    elite_batch_size: int = CUSTOM_DEFAULTS["elite_batch_size"]
+    feature_steps: int = CUSTOM_DEFAULTS["feature_steps"]
+    features: str = CUSTOM_DEFAULTS["features"]
+
+    @property
+    def strategy(self) -> str:
+        """How it samples: the custom entry's `sample_strategy`, else "uniform"."""
+        return self.sample_strategy if self.type == "custom" else "uniform"
+
+    @property
+    def insert(self) -> str:
+        """Which resident a full replay overwrites: "fifo" or "elite_insertion"."""
+        return self.insert_strategy if self.type == "custom" else "fifo"
+
+    @property
+    def uses_hidden_features(self) -> bool:
+        """Whether its distances use hidden-layer features (not logits)."""
+        return self.type == "custom" and self.features == "hidden"
+
+    @property
+    def stores_hidden_features(self) -> bool:
+        """Whether it reads the behaviour policy's hidden features, so that the actors
+        must store them: elite sampling, or elite insertion with uniform sampling.
+        Attentive sampling compares current features only; uniform + fifo none."""
+        return self.uses_hidden_features and (
+            self.strategy == "elite_sampling"
+            or (self.strategy == "uniform" and self.insert == "elite_insertion"))
 
 
-def stores_hidden_features(entry: dict) -> bool:
-    """Whether a parsed entry reads the behaviour policy's hidden features, so that the
-    actors must store them: elite sampling, or elite insertion with uniform sampling.
-    Attentive sampling compares current features only; uniform + fifo none."""
-    strategy = entry.get("sample_strategy")
-    return uses_hidden_features(entry) and (
-        strategy == "elite_sampling"
-        or (strategy == "uniform" and entry.get("insert_strategy") == "elite_insertion"))
+def batch_shares(batch_size: int, ratios: list[float]) -> list[int]:
+    """Largest-remainder apportionment of `batch_size` by `ratios` (sum to 1)."""
+    raw = [batch_size * r for r in ratios]
+    shares = [math.floor(x) for x in raw]
+    order = sorted(range(len(raw)), key=lambda i: (raw[i] - shares[i], -i), reverse=True)
+    for i in order[: batch_size - sum(shares)]:
+        shares[i] += 1
+    return shares
 
 
-def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], list[str]]:
+def parse_replay_parameters(text: str, batch_size: int
+                            ) -> tuple[list[ReplaySpec], list[str]]:
+    """The typed entries of `text` and every problem found (entries are [] then)."""
     errors: list[str] = []
     try:
         raw = json.loads(text)
@@ -91,7 +137,7 @@ def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], lis
                     '\'[{"type": "queue", "capacity": 1, "sample_ratio": 1}]\'']
     if not isinstance(raw, list) or not raw:
         return [], ["must be a non-empty JSON list of replay objects"]
-    entries: list[dict] = []
+    entries: list[dict] = []  # completed with their defaults, checked below
     for i, e in enumerate(raw):
         if not isinstance(e, dict):
             errors.append(f"entry {i}: must be an object, got {e!r}")
@@ -115,7 +161,7 @@ def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], lis
             _check_custom(i, full, errors)
         entries.append(full)
     if errors:
-        return entries, errors
+        return [], errors
     ratios = [float(e["sample_ratio"]) for e in entries]
     total = sum(ratios)
     if abs(total - 1.0) > 1e-6:
@@ -123,8 +169,6 @@ def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], lis
     if sum(1 for e in entries if e["type"] == "queue") > 1:
         errors.append("at most one 'queue' entry: a rollout can be queued only once")
     if not errors and batch_size > 0:
-        from replay.mixer import batch_shares
-
         for i, n in enumerate(batch_shares(batch_size, ratios)):
             if n == 0:
                 errors.append(
@@ -134,4 +178,6 @@ def parse_replay_parameters(text: str, batch_size: int) -> tuple[list[dict], lis
             elif entries[i]["type"] != "queue" and entries[i]["capacity"] < n:
                 errors.append(f"entry {i}: 'capacity' {entries[i]['capacity']} is below its "
                               f"share of the batch ({n} rollouts)")
-    return entries, errors
+    if errors:
+        return [], errors
+    return [ReplaySpec(**{**e, "sample_ratio": float(e["sample_ratio"])}) for e in entries], []

@@ -11,51 +11,42 @@ them) is left out of a mixed batch.
 
 from __future__ import annotations
 
-import math
+import functools
 import queue
 import threading
 
 import torch
 
-from replay.config import uses_hidden_features
+from replay.base import Replay
+from replay.config import ReplaySpec, batch_shares
 from replay.queue import QueueReplay
 from replay.storage_replay import StorageReplay
 
 
-def batch_shares(batch_size: int, ratios: list[float]) -> list[int]:
-    """Largest-remainder apportionment of `batch_size` by `ratios` (sum to 1)."""
-    raw = [batch_size * r for r in ratios]
-    shares = [math.floor(x) for x in raw]
-    order = sorted(range(len(raw)), key=lambda i: (raw[i] - shares[i], -i), reverse=True)
-    for i in order[: batch_size - sum(shares)]:
-        shares[i] += 1
-    return shares
-
-
-def build_replays(entries: list[dict], pool, spec: dict, unroll_length: int,
-                  pixel_stack: int | None, n_envs: int, fill_in_factor: float,
+def build_replays(entries: list[ReplaySpec], pool, spec: dict, unroll_length: int,
+                  pixel_stack: int | None, max_chain_heads: int, fill_in_factor: float,
                   features_fn, schedule_updates: float, seed: int = 0,
-                  hidden_features_fn=None) -> list:
+                  hidden_features_fn=None) -> list[Replay]:
     """One replay per parsed `--replay_parameters` entry.
 
     `features_fn` computes current logits (float32 [..., A]) and `hidden_features_fn`
     the current policy's hidden layer (float32 [..., H]) of obs [..., *obs_shape]; each
     custom replay gets the one its `features` names. `spec` must have "features" if an
-    entry reads stored hidden features (`replay.config.stores_hidden_features`).
+    entry reads stored hidden features (`ReplaySpec.stores_hidden_features`).
     """
     replays = []
     for i, e in enumerate(entries):
-        if e["type"] == "queue":
-            replays.append(QueueReplay(pool, e["capacity"]))
+        if e.type == "queue":
+            replays.append(QueueReplay(pool, e.capacity))
         else:
             fn = features_fn
-            if uses_hidden_features(e):
+            if e.uses_hidden_features:
                 if hidden_features_fn is None:
                     raise ValueError(f"entry {i}: 'features' 'hidden' needs hidden_features_fn")
                 fn = hidden_features_fn
-            # FIFO storage: one chain of shared frames per env, plus restarted actors'
             replays.append(StorageReplay(e, pool, spec, unroll_length, pixel_stack,
-                                         max_chain_heads=2 * n_envs, fill_in_factor=fill_in_factor,
+                                         max_chain_heads=max_chain_heads,
+                                         fill_in_factor=fill_in_factor,
                                          features_fn=fn,
                                          schedule_updates=schedule_updates, seed=seed + i))
     return replays
@@ -64,7 +55,7 @@ def build_replays(entries: list[dict], pool, spec: dict, unroll_length: int,
 class BatchMixer:
     """Routes new rollouts into every replay and builds batches `[T+1, B, ...]`."""
 
-    def __init__(self, pool, replays: list, ratios: list[float], batch_size: int):
+    def __init__(self, pool, replays: list[Replay], ratios: list[float], batch_size: int):
         self.pool = pool
         self.replays = replays
         self.shares = batch_shares(batch_size, ratios)
@@ -73,15 +64,10 @@ class BatchMixer:
     def add(self, index: int) -> None:
         """Offer slot `index` to every replay; free it unless one keeps it. The slot is
         copied out of shared memory once, whatever the number of storage replays."""
+        gather = functools.cache(lambda: self.pool.gather(torch.tensor([index])))
         kept = False
-        rollout = None
         for replay in self.replays:
-            if isinstance(replay, StorageReplay):
-                if rollout is None:
-                    rollout = self.pool.gather(torch.tensor([index]))
-                replay.add_rollout(rollout)
-            else:
-                kept = replay.add(index) or kept
+            kept = replay.add(index, gather) or kept
         if not kept:
             self.pool.release([index])
 
@@ -91,15 +77,14 @@ class BatchMixer:
     def set_updates(self, updates: int) -> None:
         """Learner updates so far: the clock of lambda annealing."""
         for r in self.replays:
-            if isinstance(r, StorageReplay):
-                r.set_updates(updates)
+            r.set_updates(updates)
 
     def sample(self) -> dict[str, torch.Tensor]:
         parts, replayed = [], []
         for r, n in zip(self.replays, self.shares, strict=True):
             if n > 0:
                 parts.append(r.sample(n))
-                replayed.append(torch.full((n,), not isinstance(r, QueueReplay)))
+                replayed.append(torch.full((n,), r.replayed))
         batch = parts[0] if len(parts) == 1 else \
             {k: torch.cat([p[k] for p in parts], dim=1) for k in parts[0]
              if all(k in p for p in parts)}
@@ -111,8 +96,7 @@ class BatchMixer:
             r.release_all()
 
     def state_dict(self, include_data: bool = False) -> list[dict]:
-        return [r.state_dict(include_data) if isinstance(r, StorageReplay) else r.state_dict()
-                for r in self.replays]
+        return [r.state_dict(include_data) for r in self.replays]
 
     def load_state_dict(self, states: list[dict]) -> None:
         for r, s in zip(self.replays, states, strict=True):

@@ -7,20 +7,27 @@ it is sampled, then its slot is copied into the batch and given back.
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 import torch
 
 
 class QueueReplay:
-    """FIFO of slot indices. `capacity` is not a bound: the slot pool is."""
+    """FIFO of slot indices (a `replay.base.Replay`). `capacity` is not a bound: the
+    slot pool is."""
+
+    kind = "queue"
+    replayed = False  # every rollout is learned from once, fresh
 
     def __init__(self, pool, capacity: int = 1):
         self.pool = pool
         self.capacity = capacity
         self._indices: collections.deque[int] = collections.deque()
 
-    def add(self, index: int) -> bool:
-        """Take ownership of slot `index`; True: the slot is kept (released on sample)."""
+    def add(self, index: int, gather: Callable[[], dict[str, torch.Tensor]] | None = None
+            ) -> bool:
+        """Take ownership of slot `index` (`gather` is not needed); True: the slot is
+        kept (released on sample)."""
         self._indices.append(index)
         return True
 
@@ -41,6 +48,18 @@ class QueueReplay:
         """Give every held slot back (shutdown)."""
         self.pool.release(self._indices)
         self._indices.clear()
+
+    def set_updates(self, updates: int) -> None:
+        pass  # no schedule
+
+    def stats(self) -> dict[str, float]:
+        return {"queued": float(len(self._indices))}
+
+    def describe(self) -> str:
+        return "queue: slot indices, learned from once"
+
+    def stored_bytes(self) -> int:
+        return 0  # the rollouts stay in their shared-memory slots
 
     def state_dict(self, include_data: bool = False) -> dict:
         return {}  # holds only slots of fresh rollouts: refilled in seconds after a resume

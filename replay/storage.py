@@ -79,6 +79,7 @@ it was, the rollout is not stored.
 
 from __future__ import annotations
 
+import math
 import threading
 import zlib
 from collections.abc import Mapping
@@ -392,8 +393,37 @@ class RolloutStorage:
         return [*self._buffers.values(), self._resident, *extra]
 
     def nbytes(self) -> int:
-        """Bytes of every tensor the storage allocated."""
+        """Bytes of every tensor the storage allocated (`planned_nbytes` ahead of time)."""
         return sum(x.numel() * x.element_size() for x in self._tensors())
+
+    @staticmethod
+    def planned_nbytes(capacity: int, unroll_length: int,
+                       field_specs: Mapping[str, tuple[tuple[int, ...], torch.dtype]],
+                       pixel_stack: int | None = None, max_chain_heads: int | None = None
+                       ) -> int:
+        """What `nbytes()` of a storage built with these arguments will be, without
+        allocating it: the one sizing formula (the run's memory preflight uses it).
+        Mirrors `__init__`'s tensors: the plain fields [T+1, capacity, ...], the
+        resident mask; with `pixel_stack` C, the frame pool (F+1 frames, F = capacity x
+        T + C x chain heads) with its int32 refcounts, free stack [F], index
+        [T+1, capacity, C] and tail hashes [capacity, C]."""
+        t1 = unroll_length + 1
+
+        def size(shape, dtype) -> int:
+            return math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+
+        total = capacity  # the bool resident mask
+        for name, (shape, dtype) in field_specs.items():
+            if name == "obs" and pixel_stack is not None:
+                c = int(pixel_stack)
+                if max_chain_heads is None:
+                    max_chain_heads = capacity if unroll_length < c else max(1, capacity // c)
+                f = capacity * unroll_length + c * min(int(max_chain_heads), capacity)
+                total += size(((f + 1), *shape[2:]), dtype)  # the pool of frames
+                total += 4 * ((f + 1) + f + t1 * capacity * c + capacity * c)
+            else:
+                total += size((t1, capacity, *shape[1:]), dtype)
+        return total
 
     def bytes_per_step(self) -> float:
         """`nbytes() / (capacity * T)`: allocated bytes per stored env step."""

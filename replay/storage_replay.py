@@ -29,53 +29,53 @@ again at once: slot lifetime never depends on replay capacity.
 
 from __future__ import annotations
 
-import math
 import threading
+from collections.abc import Callable
 
 import torch
 
 from replay import sampling
-from replay.config import stores_hidden_features
+from replay.config import ReplaySpec
 from replay.storage import FramePoolExhaustedError, RolloutStorage
 
 RECENT_STATES = 64  # newest observations kept for attentive sampling
 
 
-def replay_spec(entry: dict, spec: dict) -> dict:
+def stored_fields(entry: ReplaySpec, spec: dict) -> dict:
     """The fields a replay of `entry` stores: `spec` without "features" unless the
     entry reads stored hidden features (the other replays do not pay 2H bytes per
     step)."""
-    if stores_hidden_features(entry):
+    if entry.stores_hidden_features:
         return spec
     return {k: v for k, v in spec.items() if k != "features"}
 
 
-def planned_bytes(entry: dict, spec: dict, unroll_length: int, pixel_stack: int | None,
-                  max_chain_heads: int) -> int:
-    """Bytes a StorageReplay of `entry` will allocate (RolloutStorage's layout), for the
-    slots' `spec` (with "features" when some entry uses hidden features)."""
-    cap, t1 = entry["capacity"], unroll_length + 1
-    total = 0
-    for name, (shape, dtype) in replay_spec(entry, spec).items():
-        row = math.prod(shape[1:]) * torch.empty(0, dtype=dtype).element_size()
-        if name == "obs" and pixel_stack:
-            heads = cap if entry.get("insert_strategy") == "elite_insertion" else \
-                min(cap, max_chain_heads)
-            frame = row // pixel_stack
-            frames = cap * unroll_length + pixel_stack * heads + 1
-            total += frames * (frame + 8) + t1 * cap * pixel_stack * 4 + cap * pixel_stack * 4
-        else:
-            total += t1 * cap * row
-    return total
+def chain_heads(entry: ReplaySpec, max_chain_heads: int) -> int:
+    """Frame-pool sizing: out-of-order eviction (elite insertion) lets any rollout head
+    a chain of shared frames; FIFO eviction at most `max_chain_heads`."""
+    return entry.capacity if entry.insert == "elite_insertion" else max_chain_heads
+
+
+def planned_bytes(entry: ReplaySpec, spec: dict, unroll_length: int,
+                  pixel_stack: int | None, max_chain_heads: int) -> int:
+    """Bytes a StorageReplay of `entry` will allocate, for the slots' `spec` (with
+    "features" when some entry uses hidden features): `RolloutStorage`'s formula."""
+    return RolloutStorage.planned_nbytes(entry.capacity, unroll_length,
+                                         stored_fields(entry, spec), pixel_stack,
+                                         chain_heads(entry, max_chain_heads))
 
 
 class StorageReplay:
-    def __init__(self, entry: dict, pool, spec: dict, unroll_length: int,
+    """A `replay.base.Replay` that copies rollouts out of their slots."""
+
+    replayed = True  # its samples are re-used data (CLEAR clones on them)
+
+    def __init__(self, entry: ReplaySpec, pool, spec: dict, unroll_length: int,
                  pixel_stack: int | None, max_chain_heads: int, fill_in_factor: float,
                  features_fn=None, schedule_updates: float = 1.0, seed: int = 0):
         """
         Args:
-            entry: a parsed `--replay_parameters` entry (type standard or custom).
+            entry: a `--replay_parameters` entry of type standard or custom.
             pool: the SlotPool (gather / release).
             spec: `workers.slots.rollout_spec(...)`; with "features" ((T+1, H)
                 float16) when the entry's `features` is "hidden".
@@ -89,21 +89,18 @@ class StorageReplay:
         """
         self.entry = entry
         self.pool = pool
-        self.capacity = entry["capacity"]
-        self.kind = entry["type"]
-        self.strategy = entry.get("sample_strategy", "uniform") if self.kind == "custom" \
-            else "uniform"
-        self.insert = entry.get("insert_strategy", "fifo")
+        self.capacity = entry.capacity
+        self.kind = entry.type
+        self.strategy = entry.strategy
+        self.insert = entry.insert
         self.fill_in = max(1, int(fill_in_factor * self.capacity))
-        if self.insert == "elite_insertion":
-            max_chain_heads = self.capacity  # out-of-order eviction: any rollout may head
         # the stored behaviour features that distances compare with features_fn's
-        self.feature_field = "features" if stores_hidden_features(entry) else "logits"
+        self.feature_field = "features" if entry.stores_hidden_features else "logits"
         if self.feature_field not in spec:
             raise ValueError("'features': 'hidden' needs the rollouts to carry them: build "
                              "the spec with rollout_spec(..., feature_size=hidden_size)")
-        self.storage = RolloutStorage(self.capacity, unroll_length, replay_spec(entry, spec),
-                                      pixel_stack, max_chain_heads)
+        self.storage = RolloutStorage(self.capacity, unroll_length, stored_fields(entry, spec),
+                                      pixel_stack, chain_heads(entry, max_chain_heads))
         self.features_fn = features_fn
         self.schedule_updates = schedule_updates
         self.counts = torch.zeros(self.capacity, dtype=torch.int64)
@@ -115,13 +112,18 @@ class StorageReplay:
         obs_shape, obs_dtype = spec["obs"]
         self.recent = torch.zeros((RECENT_STATES, *obs_shape[1:]), dtype=obs_dtype)
         self.recent_count = 0
-        steps = min(entry.get("feature_steps", unroll_length + 1), unroll_length + 1)
+        steps = min(entry.feature_steps, unroll_length + 1)
         self.feature_rows = torch.linspace(0, unroll_length, steps).round().long().unique()
 
     # --- inserting -------------------------------------------------------------
-    def add(self, index: int) -> bool:
-        """Copy slot `index` into the storage; False: the slot is not kept."""
-        return self.add_rollout(self.pool.gather(torch.tensor([index])))
+    def add(self, index: int, gather: Callable[[], dict[str, torch.Tensor]] | None = None
+            ) -> bool:
+        """Copy slot `index` into the storage; False: the slot is not kept. `gather`
+        returns the slot's copy `[T+1, 1, ...]` (the mixer gathers it once for every
+        storage replay); without it the slot is gathered here."""
+        if gather is None:
+            return self.add_rollout(self.pool.gather(torch.tensor([index])))
+        return self.add_rollout(gather())
 
     def add_rollout(self, batch: dict[str, torch.Tensor]) -> bool:
         """Store column 0 of `batch` (`[T+1, 1, ...]`, a copy of a slot); False."""
@@ -143,7 +145,7 @@ class StorageReplay:
         if self.insert == "fifo" or len(self.storage) < self.capacity:
             return self.next_position
         resident = self.storage.resident_positions()
-        k = min(self.entry["elite_batch_size"], len(resident))
+        k = min(self.entry.elite_batch_size, len(resident))
         cand = resident[sampling.draw_candidates(len(resident), k, self.generator)]
         return int(cand[int(torch.argmax(self._distances(cand)))])
 
@@ -160,8 +162,8 @@ class StorageReplay:
     def current_lambda(self) -> float:
         if self.strategy == "uniform":
             return 1.0
-        return sampling.annealed_lambda(self.entry["lambda_batch_multiplier"], self.updates,
-                                        self.schedule_updates, self.entry["alfa_annealing_factor"])
+        return sampling.annealed_lambda(self.entry.lambda_batch_multiplier, self.updates,
+                                        self.schedule_updates, self.entry.alfa_annealing_factor)
 
     def _distances(self, positions: torch.Tensor) -> torch.Tensor:
         """float32 [M]: how off-policy (elite) or how far from now (attentive) the
@@ -176,9 +178,9 @@ class StorageReplay:
             n = min(self.recent_count, RECENT_STATES)
             return sampling.attentive_distances(current, self.features_fn(self.recent[:n]))
         behaviour = batch[self.feature_field].float()
-        if self.entry["dist_function"] == "ln_norm":
-            return sampling.ln_norm(behaviour, current, self.entry["p"])
-        return sampling.DISTANCES[self.entry["dist_function"]](behaviour, current)
+        if self.entry.dist_function == "ln_norm":
+            return sampling.ln_norm(behaviour, current, self.entry.p)
+        return sampling.DISTANCES[self.entry.dist_function](behaviour, current)
 
     def sample(self, n: int) -> dict[str, torch.Tensor]:
         """n rollouts as a batch `[T+1, n, ...]`."""
@@ -189,7 +191,7 @@ class StorageReplay:
             if self.strategy == "uniform":
                 pick = torch.arange(n) % m
             else:
-                number = int(self.entry["elite_sampling_strategy"][-1])
+                number = int(self.entry.elite_sampling_strategy[-1])
                 pick = sampling.select(number, self._distances(cand), self.counts[cand], n)
             chosen = cand[pick]
             self.counts.index_add_(0, chosen, torch.ones(n, dtype=torch.int64))
@@ -198,7 +200,16 @@ class StorageReplay:
     def release_all(self) -> None:
         pass  # holds no slot
 
-    # --- checkpoints ---------------------------------------------------------------
+    # --- reporting and checkpoints ------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        """fill: len / capacity; dropped: rollouts the frame pool had no room for."""
+        return {"fill": len(self) / self.capacity, "dropped": float(self.dropped)}
+
+    def describe(self) -> str:
+        size = self.storage.nbytes()
+        return (f"{self.kind}, {self.strategy}: {self.capacity} rollouts, "
+                f"{size / 2**20:.1f} MiB, {self.storage.bytes_per_step():.0f} bytes per step")
+
     def stored_bytes(self) -> int:
         return self.storage.nbytes()
 

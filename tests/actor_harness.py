@@ -24,7 +24,8 @@ class Harness:
         self.slots, self.pool, self.model, self.weights = slots, pool, model, weights
 
     def rollouts(self, timeout: float = 30.0):
-        """Finished (slot indices, episodes), at least one, granting slots meanwhile."""
+        """Finished rollouts (`FinishedRollout`: slot indices, episodes), at least one,
+        granting slots meanwhile."""
         deadline = time.time() + timeout
         while time.time() < deadline:
             self.pool.grant()

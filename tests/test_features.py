@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agents.networks import MLP, NatureCNN
-from replay.config import parse_replay_parameters, stores_hidden_features
+from replay.config import ReplaySpec, parse_replay_parameters
 
 
 @pytest.mark.parametrize("model,obs", [
@@ -26,7 +26,7 @@ def test_forward_with_hidden_matches_forward(model, obs):
         torch.testing.assert_close(model.policy(hidden), logits)
 
 
-def custom(extra: str) -> tuple[list[dict], list[str]]:
+def custom(extra: str) -> tuple[list[ReplaySpec], list[str]]:
     return parse_replay_parameters(
         '[{"type": "queue", "sample_ratio": 0.5}, {"type": "custom", "capacity": 100, '
         f'"sample_ratio": 0.5{extra}}}]', 8)
@@ -34,9 +34,9 @@ def custom(extra: str) -> tuple[list[dict], list[str]]:
 
 def test_features_key_defaults_to_logits_and_is_checked():
     entries, errors = custom("")
-    assert not errors and entries[1]["features"] == "logits"
+    assert not errors and entries[1].features == "logits"
     entries, errors = custom(', "features": "hidden"')
-    assert not errors and entries[1]["features"] == "hidden"
+    assert not errors and entries[1].features == "hidden"
     _, errors = custom(', "features": "torso"')
     assert errors == ["entry 1: 'features' must be one of logits, hidden, got 'torso'"]
     _, errors = parse_replay_parameters(
@@ -65,4 +65,4 @@ def test_kl_div_needs_logits():
 def test_actors_store_hidden_features_only_for_replays_that_read_them(extra, stored):
     entries, errors = custom(extra)
     assert not errors
-    assert stores_hidden_features(entries[1]) is stored
+    assert entries[1].stores_hidden_features is stored

@@ -187,8 +187,10 @@ def test_resumed_learner_takes_the_same_step_as_the_uninterrupted_one(tmp_path):
     counters and RNG. Given the same batch, a learner restored from a checkpoint takes
     bit for bit the step the original would have taken. (The batches themselves differ
     after a resume: env states and rollouts in flight are not checkpointed.)"""
-    from option_flags import default_values, make_config
-    from training.learner import Learner
+    from option_flags import default_values
+    from training.config import make_config
+    from training.factory import build_learner
+    from training.plan import make_plan
     from training.run_dir import RunDir
 
     cfg, errors = make_config(default_values(env="CartPole-v1", environment_max_steps=10_000,
@@ -206,16 +208,20 @@ def test_resumed_learner_takes_the_same_step_as_the_uninterrupted_one(tmp_path):
                 "bootstrap_value": torch.zeros(t1, b),
                 "version": torch.zeros(t1, b, dtype=torch.int64)}
 
-    original = Learner(cfg, RunDir(str(tmp_path), cfg.env, cfg.to_dict(), echo=False))
+    plan = make_plan(cfg)
+    original = build_learner(cfg, plan, RunDir(str(tmp_path), cfg.env, cfg.to_dict(),
+                                               echo=False))
     for k in range(3):
         original.counters.env_steps += 640
         original._update(batch(k))
-    restored = Learner(cfg, RunDir(str(tmp_path / "b"), cfg.env, cfg.to_dict(), echo=False),
-                       checkpoint=load_checkpoint(original.save()))
+    restored = build_learner(cfg, plan, RunDir(str(tmp_path / "b"), cfg.env, cfg.to_dict(),
+                                               echo=False),
+                             checkpoint=load_checkpoint(original.save()))
     assert restored.counters == original.counters
     for learner in (original, restored):
         learner.counters.env_steps += 640
         learner._update(batch(99))
-    assert original.last_stats == restored.last_stats
-    for p, q in zip(original.model.parameters(), restored.model.parameters(), strict=True):
+    assert original.report.last_stats == restored.report.last_stats
+    for p, q in zip(original.agent.model.parameters(), restored.agent.model.parameters(),
+                    strict=True):
         assert torch.equal(p, q)

@@ -1,5 +1,5 @@
 """Watching a run: system and pipeline metrics, TensorBoard event files from a real
-CartPole run, and the PNG curves of training.plot for a run and a sweep directory."""
+CartPole run, and the PNG curves of sweeps.plot for a run and a sweep directory."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 import pytest
 import torch
 
+from sweeps.directory import RESULT_COLUMNS
 from tests.conftest import ROOT, run_main
 from training import metrics
 from training.run_dir import LEARNER_COLUMNS
-from training.sweep_dir import RESULT_COLUMNS
 
 NEW_COLUMNS = ["policy_lag_mean", "policy_lag_max", "batch_wait_s", "update_s", "free_slots"]
 DIAGNOSTIC_COLUMNS = ["kl", "adv_mean", "adv_std", "vs_mean", "value_mean", "explained_variance",
@@ -85,7 +85,7 @@ def _fake_run(path: str, seed: int, scale: float) -> None:
 
 
 def _plot(*dirs: str) -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "training.plot", *dirs], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "sweeps.plot", *dirs], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     paths = proc.stdout.split()
@@ -113,7 +113,7 @@ def test_plot_of_a_sweep_dir(tmp_path):
     assert sorted(os.path.basename(p) for p in paths) == \
         ["curves.png", "losses.png", "throughput.png"]
     assert all(os.path.dirname(p) == str(sweep) for p in paths)
-    from training.plot import sweep_groups
+    from sweeps.plot import sweep_groups
     assert {k: len(v) for k, v in sweep_groups(str(sweep)).items()} == \
         {"lr=0.001": 2, "lr=0.002": 2}
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.config import parse_replay_parameters
-from replay.mixer import BatchMixer, batch_shares
+from replay.config import batch_shares, parse_replay_parameters
+from replay.mixer import BatchMixer
 from replay.queue import QueueReplay
 from workers.slots import SlotPool, rollout_spec
 
@@ -45,7 +45,7 @@ def test_custom_entries_are_checked_key_by_key():
             '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6, '
             '"alfa_annealing_factor": 2.0}]')
     entries, errors = parse_replay_parameters(good, 32)
-    assert not errors and entries[1]["elite_sampling_strategy"] == "strategy3"
+    assert not errors and entries[1].elite_sampling_strategy == "strategy3"
     _, errors = parse_replay_parameters(good.replace('"ln_norm"', '"manhattan"')
                                         .replace("6,", "0.5,"), 32)
     assert any(e.startswith("entry 1: 'dist_function'") for e in errors)

@@ -397,6 +397,12 @@ def test_pong_shapes_fit_7_5_kb_per_step_and_timing():
     assert per_step <= 7500
     unshared = RolloutStorage(1000, t, pong, pixel_stack=c, max_chain_heads=1000)
     assert unshared.bytes_per_step() > 8400  # what sharing across rollouts saves
+    # the memory preflight's formula is the allocation, to the byte
+    assert RolloutStorage.planned_nbytes(1000, t, pong, c) == s.nbytes()
+    assert RolloutStorage.planned_nbytes(1000, t, pong, c, 1000) == unshared.nbytes()
+    short = spec(2, (c, 84, 84), num_actions=6)  # T < C: a chain head per rollout
+    assert RolloutStorage.planned_nbytes(7, 2, short, c) == \
+        RolloutStorage(7, 2, short, pixel_stack=c).nbytes()
     del s, unshared
 
     gen = torch.Generator().manual_seed(10)

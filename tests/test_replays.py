@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from replay.config import parse_replay_parameters
+from replay.config import ReplaySpec, parse_replay_parameters
 from replay.mixer import BatchMixer, Prefetcher, build_replays
 from replay.queue import QueueReplay
 from replay.storage_replay import StorageReplay, planned_bytes
@@ -22,7 +22,7 @@ T = 3
 SPEC = rollout_spec(T, (2,), "float32", 3)
 
 
-def entry(text: str) -> dict:
+def entry(text: str) -> ReplaySpec:
     entries, errors = parse_replay_parameters(f"[{text}]", 0)
     assert not errors, errors
     return entries[0]
@@ -223,7 +223,7 @@ def test_mixer_composes_exact_batches_with_the_replayed_mask():
         '[{"type": "queue", "sample_ratio": 0.7}, {"type": "standard", "capacity": 20,'
         ' "sample_ratio": 0.2}, {"type": "custom", "capacity": 20, "sample_ratio": 0.1}]', 10)
     assert not errors
-    replays = build_replays(entries, pool, SPEC, T, None, n_envs=2, fill_in_factor=0.0,
+    replays = build_replays(entries, pool, SPEC, T, None, max_chain_heads=4, fill_in_factor=0.0,
                             features_fn=logits_features({}), schedule_updates=10)
     mixer = BatchMixer(pool, replays, [0.7, 0.2, 0.1], 10)
     assert isinstance(replays[0], QueueReplay)
@@ -242,7 +242,7 @@ def test_mixer_composes_exact_batches_with_the_replayed_mask():
 
 def test_planned_bytes_match_the_storage_and_pong_fits_the_budget():
     pool, replay = make(STANDARD, 16)
-    assert planned_bytes(replay.entry, SPEC, T, None, 4) == replay.storage.nbytes() - 16
+    assert planned_bytes(replay.entry, SPEC, T, None, 4) == replay.storage.nbytes()
     pong = rollout_spec(20, (4, 84, 84), "uint8", 6)
     e = entry('{"type": "standard", "capacity": 1000, "sample_ratio": 1}')
     per_step = planned_bytes(e, pong, 20, 4, 16) / (1000 * 20)
@@ -320,7 +320,7 @@ def test_hidden_features_are_stored_only_where_read_and_need_the_spec():
     def hidden_fn(obs):
         return torch.zeros(*obs.shape[:-1], H)
 
-    replays = build_replays(entries, pool, SPEC_H, T, None, n_envs=2, fill_in_factor=0.0,
+    replays = build_replays(entries, pool, SPEC_H, T, None, max_chain_heads=4, fill_in_factor=0.0,
                             features_fn=logits_fn, schedule_updates=10,
                             hidden_features_fn=hidden_fn)
     assert replays[2].features_fn is hidden_fn and replays[3].features_fn is logits_fn
@@ -328,11 +328,11 @@ def test_hidden_features_are_stored_only_where_read_and_need_the_spec():
     assert "features" not in replays[1].storage._specs  # the others do not pay for it
     assert "features" not in replays[3].storage._specs
     for e, r in zip(entries[1:], replays[1:], strict=True):
-        assert planned_bytes(e, SPEC_H, T, None, 4) == r.storage.nbytes() - r.capacity
+        assert planned_bytes(e, SPEC_H, T, None, 4) == r.storage.nbytes()
     assert planned_bytes(entries[2], SPEC_H, T, None, 4) - \
         planned_bytes(entries[2], SPEC, T, None, 4) == 10 * (T + 1) * H * 2
     with pytest.raises(ValueError, match="hidden_features_fn"):
-        build_replays(entries, pool, SPEC_H, T, None, n_envs=2, fill_in_factor=0.0,
+        build_replays(entries, pool, SPEC_H, T, None, max_chain_heads=4, fill_in_factor=0.0,
                       features_fn=logits_fn, schedule_updates=10)
     with pytest.raises(ValueError, match="feature_size"):
         StorageReplay(entries[2], SlotPool(SPEC, 4), SPEC, T, None, 4, 0.0, hidden_fn)

@@ -26,10 +26,10 @@ def collect(min_per_env: int, workers: int, envs: int, store_features: bool = Fa
     by_env = collections.defaultdict(list)
     with actors(unroll=UNROLL, workers=workers, envs=envs, store_features=store_features) as h:
         while len(by_env) < workers * envs or min(map(len, by_env.values())) < min_per_env:
-            for indices, _episodes in h.rollouts():
-                batch = h.slots.gather(torch.tensor(indices))
-                h.slots.release(indices)
-                for j in range(len(indices)):
+            for done in h.rollouts():
+                batch = h.slots.gather(torch.tensor(done.indices))
+                h.slots.release(done.indices)
+                for j in range(len(done.indices)):
                     rollout = {k: v[:, j] for k, v in batch.items()}
                     by_env[float(rollout["obs"][0, 0])].append(rollout)
     return by_env, h.model
@@ -118,9 +118,9 @@ def test_every_episode_is_reported_once():
     with actors(unroll=UNROLL, workers=1, envs=2) as h:
         episodes = []
         while len(episodes) < 16:
-            for indices, payload in h.rollouts():
-                h.slots.release(indices)
-                episodes.extend(payload)
+            for done in h.rollouts():
+                h.slots.release(done.indices)
+                episodes.extend(done.episodes)
     # each env plays episodes 0, 1, 2, ... in order; a return identifies its episode
     by_return = {sum(1000.0 * k + i for i in range(1, episode_length(k) + 1)): k
                  for k in range(40)}

@@ -1,8 +1,9 @@
 """Atomic, rotated checkpoints.
 
 `save_checkpoint` writes `checkpoint_<updates>.pt` through a temporary file
-(flush, fsync, rename), then points `checkpoint.pt` at it (a hard link, replaced
-atomically) and deletes all but the newest `keep`. At every moment
+(flush, fsync, rename: training/files.py's atomic_write), then points
+`checkpoint.pt` at it (a hard link, replaced atomically), fsyncs the directory
+and deletes all but the newest `keep`. At every moment
 `checkpoint.pt` is a complete checkpoint: a save that fails or is killed leaves
 at most a stray `*.tmp` file.
 
@@ -22,6 +23,8 @@ import re
 
 import torch
 
+from training.files import atomic_write, fsync_dir
+
 FORMAT_VERSION = 1
 LATEST = "checkpoint.pt"
 _NUMBERED = re.compile(r"checkpoint_(\d+)\.pt$")
@@ -31,30 +34,18 @@ class CheckpointError(Exception):
     pass
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_checkpoint(run_path: str, updates: int, state: dict, keep: int = 3) -> str:
     """Write a checkpoint of `state` in `run_path`; returns the path of checkpoint.pt."""
     name = os.path.join(run_path, f"checkpoint_{updates:09d}.pt")
-    tmp = f"{name}.tmp"
-    with open(tmp, "wb") as f:
-        torch.save({"format_version": FORMAT_VERSION, **state}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, name)
+    atomic_write(name, lambda f: torch.save({"format_version": FORMAT_VERSION, **state}, f),
+                 sync_dir=False)  # one fsync of the directory below covers both renames
     latest = os.path.join(run_path, LATEST)
     link_tmp = f"{latest}.tmp"
     if os.path.lexists(link_tmp):
         os.remove(link_tmp)
     os.link(name, link_tmp)
     os.replace(link_tmp, latest)
-    _fsync_dir(run_path)
+    fsync_dir(run_path)
     numbered = sorted(p for p in glob.glob(os.path.join(run_path, "checkpoint_*.pt"))
                       if _NUMBERED.search(p))
     for old in numbered[:-keep]:

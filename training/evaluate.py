@@ -21,7 +21,7 @@ import torch
 import torch.multiprocessing as mp
 
 from agents.networks import build_model
-from training.learner import env_options
+from training.config import Config, env_options
 from training.run_dir import RunDir
 from wrappers.envs import make_batched_env
 from wrappers.video import VideoSink, has_display
@@ -70,7 +70,7 @@ def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, se
         env.close()
 
 
-def evaluate(cfg, ckpt: dict, stop_requested) -> int:
+def evaluate(cfg: Config, ckpt: dict, stop_requested) -> int:
     info, trained = ckpt["env_info"], ckpt["config"]
     run = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
     greedy = cfg.test_policy == "greedy"
@@ -101,7 +101,8 @@ def _play_in_parallel(jobs: list, stop_requested, log) -> list[tuple[float, int]
         return [episode for part in pending.get() for episode in part]
 
 
-def _render_games(cfg, ckpt, run, greedy: bool, games: int) -> list[tuple[float, int]]:
+def _render_games(cfg: Config, ckpt: dict, run: RunDir, greedy: bool, games: int
+                  ) -> list[tuple[float, int]]:
     """Play `games` games on one env, shown or recorded."""
     info, trained = ckpt["env_info"], ckpt["config"]
     model = build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"])
@@ -122,7 +123,7 @@ def _render_games(cfg, ckpt, run, greedy: bool, games: int) -> list[tuple[float,
     return results
 
 
-def _write_results(cfg, run, results, info) -> int:
+def _write_results(cfg: Config, run: RunDir, results, info) -> int:
     with open(run.file("test_episodes.csv"), "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["episode", "episode_return", "episode_length"])

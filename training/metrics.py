@@ -176,13 +176,11 @@ class PipelineStats:
 
 
 def replay_scalars(replays, free_slots: int) -> dict[str, float]:
-    """Fill (len / capacity) of each storage replay, queue lengths, free rollout slots."""
+    """Free rollout slots, and each replay's `stats()` (`replay.base.Replay`): the fill
+    (len / capacity) and dropped rollouts of storage replays, queue lengths."""
     out = {"pipeline/free_slots": float(free_slots)}
     for i, r in enumerate(replays):
-        if hasattr(r, "storage"):
-            out[f"pipeline/replay{i}_fill"] = len(r) / r.capacity
-        else:
-            out[f"pipeline/replay{i}_queued"] = float(len(r))
+        out.update({f"pipeline/replay{i}_{k}": v for k, v in r.stats().items()})
     return out
 
 

@@ -7,7 +7,8 @@
     summary.json    counters and returns, rewritten as the run goes
     run.log         the log (status lines included)
     checkpoint.pt   the newest complete checkpoint
-CSV files are flushed at every status line, summary.json is replaced atomically.
+CSV files are flushed at every status line, summary.json is replaced atomically
+(training/files.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import os
 import sys
 import time
 
+from training.files import atomic_write_text
+
 EPISODE_COLUMNS = ["env_steps", "frames", "episode_return", "episode_length", "wall_time"]
 LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "value_loss",
                    "entropy", "lr", "mean_rho", "grad_norm",
@@ -29,15 +32,6 @@ LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "valu
                    # parameter step over the lr
                    "kl", "adv_mean", "adv_std", "vs_mean", "value_mean", "explained_variance",
                    "step_over_lr"]
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class RunDir:

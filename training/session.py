@@ -1,7 +1,8 @@
 """One invocation of the platform: a new run, a resumed run, or a test.
 
 Everything that can be checked is checked before anything is written: settings
-that cannot change mid-run, and whether the shared-memory rollout slots fit.
+that cannot change mid-run, and the run plan (`training/plan.py`): whether the
+shared-memory rollout slots and the replays fit.
 A resumed run continues in its own run directory: counters, optimizer, learning
 rate schedule and RNG states go on, and rows are appended to its CSVs.
 """
@@ -9,20 +10,15 @@ rate schedule and RNG states go on, and rows are appended to its CSVs.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 
-import psutil
-
-from replay.config import parse_replay_parameters
-from replay.storage_replay import planned_bytes
 from training.checkpoint import resolve_checkpoint_path
-from training.learner import Learner, env_options, slot_count, store_features_of
+from training.config import Config
+from training.factory import build_learner
+from training.plan import RunPlan, check_memory, make_plan
 from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.pool import ActorFailure
-from workers.slots import rollout_spec, spec_bytes
-from wrappers.envs import env_info
 
 # Settings a resumed or tested agent must share with its checkpoint.
 FIXED = ("env", "hidden_size", "frames_stacked", "optimizer")
@@ -33,43 +29,24 @@ def _fail(message: str) -> int:
     return 2
 
 
-def preflight(cfg, checkpoint: dict | None) -> str | None:
-    """None if the run can start, else the message of why not."""
+def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str | None]:
+    """(the run plan, None) if the run can start, else (None, the message of why not).
+    A test needs no plan: it runs no actors and no replays."""
     if checkpoint is not None:
         for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:3]:
             saved = checkpoint["config"][name]
             if saved != getattr(cfg, name):
-                return (f"--{name}: the checkpoint was trained with --{name}={saved}, which "
-                        f"cannot change; leave it out or pass --{name}={saved}")
+                return None, (f"--{name}: the checkpoint was trained with --{name}={saved}, "
+                              f"which cannot change; leave it out or pass --{name}={saved}")
     if cfg.op_mode == "test":
-        return None
-    info = env_info(cfg.env, env_options(cfg.to_dict()))
-    entries, _ = parse_replay_parameters(cfg.replay_parameters, cfg.batch_size)
-    spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions,
-                        feature_size=cfg.hidden_size if store_features_of(entries) else 0)
-    slots = spec_bytes(spec) * slot_count(cfg)
-    shm = psutil.virtual_memory().available
-    if os.path.isdir("/dev/shm"):
-        shm = min(shm, shutil.disk_usage("/dev/shm").free)
-    if slots > 0.8 * shm:
-        return (f"--r_f_steps / --worker_count / --envs_per_worker / --batch_size: the rollout "
-                f"slots need {slots / 2**30:.2f} GiB of shared memory and {shm / 2**30:.2f} GiB "
-                "is free; make them smaller")
-    stack = info.frame_stack or None
-    n_envs = cfg.worker_count * cfg.envs_per_worker
-    replays = [planned_bytes(e, spec, cfg.r_f_steps, stack, 2 * n_envs)
-               for e in entries if e["type"] != "queue"]
-    ram = psutil.virtual_memory().available
-    if slots + sum(replays) > 0.8 * ram:
-        sizes = ", ".join(f"{b / 2**30:.2f} GiB" for b in replays)
-        return (f"--replay_parameters: the replay capacities need {sizes} of memory (plus "
-                f"{slots / 2**30:.2f} GiB of rollout slots) and {ram / 2**30:.2f} GiB is "
-                "available; lower 'capacity'")
-    return None
+        return None, None
+    plan = make_plan(cfg)
+    problem = check_memory(plan)
+    return (None, problem) if problem else (plan, None)
 
 
-def run(cfg, checkpoint: dict | None = None) -> int:
-    problem = preflight(cfg, checkpoint)
+def run(cfg: Config, checkpoint: dict | None = None) -> int:
+    plan, problem = preflight(cfg, checkpoint)
     if problem:
         return _fail(problem)
     stop = StopSignal().install()
@@ -90,7 +67,7 @@ def run(cfg, checkpoint: dict | None = None) -> int:
     learner = None
     status = 0
     try:
-        learner = Learner(cfg, run_dir, checkpoint)
+        learner = build_learner(cfg, plan, run_dir, checkpoint)
         learner.run(stop_requested=stop)
         if stop():
             run_dir.log.info("stop requested: stopping the actors and saving a checkpoint")

@@ -1,17 +1,20 @@
 """Actor processes: play `envs_per_worker` envs as one batched env and write rollouts.
 
 Each actor owns a CPU copy of the policy and runs one batched forward pass per
-env step over all its envs, with one torch thread. Before each rollout it
-receives one slot per env from the learner and refreshes its weights if a newer
-version was published; it writes T+1 rows into each slot (row 0 repeats the
-previous rollout's last row, see `workers/slots.py`) and sends back
-("rollout", slot indices, [(episode return, length), ...], seconds) where seconds is
-{"env": s, "inference": s, "wait": s}, the time spent since the previous message
-stepping envs, in forward passes and waiting for slots. With `store_features`
-the same forward pass also gives the policy's last hidden layer, written as the
-float16 field "features" (for replays whose `features` are "hidden"; zeros under
-`random_policy`). An exception is sent
-as ("error", traceback) and ends the actor.
+env step over all its envs, with one torch thread. The policy is a class chosen
+by `ActorConfig.policy`: `ModelPolicy` (the network, refreshed from the learner's
+published weights) or `RandomPolicy` (uniform actions and no inference, for the
+benchmarks). Before each rollout the actor receives one slot per env from the
+learner and refreshes its weights if a newer version was published; it writes
+T+1 rows into each slot (row 0 repeats the previous rollout's last row, see
+`workers/slots.py`) and sends back a `RolloutDone` (workers/messages.py): the
+slot indices, the (return, length) of the episodes that ended, and the seconds
+{"env", "inference", "wait"} spent since the previous message stepping envs, in
+forward passes and waiting for slots. With `store_features` the same forward
+pass also gives the policy's last hidden layer, written as the float16 field
+"features" (for replays whose `features` are "hidden"; zeros under
+`RandomPolicy`). An exception is sent as an `ActorError` (the traceback) and
+ends the actor.
 
 An actor shares no lock with anyone (pipes of its own, a seqlock for weights, a
 shared-memory stop flag), so killing one cannot block the others; it dies with
@@ -30,9 +33,87 @@ import numpy as np
 import torch
 
 from agents.networks import build_model
+from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
 
 FP16_MAX = 65504.0  # stored features are clamped to float16's range, never inf
+
+
+class ModelPolicy:
+    """The network: batched action selection by sampling from its softmax.
+
+    Holds a CPU model built from the config, loaded from `weights` (SharedWeights) on
+    `refresh()`; `version` is the weights' version held (-1 before the first pull).
+    Sampling draws from `rng` (torch.Generator), the actor's own stream.
+    """
+
+    def __init__(self, cfg: ActorConfig, weights, rng: torch.Generator):
+        self.cfg = cfg
+        self.weights = weights
+        self.rng = rng
+        self.model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size)
+        self.model.eval()
+        self.version = -1
+
+    def refresh(self) -> None:
+        """Pull the published weights if they are newer than `version`."""
+        self.version = self.weights.pull(self.model, self.version)
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor):
+        """obs [E, *obs_shape] -> action int64 [E] (sampled from softmax(logits)),
+        logits float32 [E, A], value float32 [E], features float16 [E, hidden_size]
+        (None unless `store_features`; the hidden layer of the same forward pass,
+        clamped to float16's range)."""
+        features = None
+        if self.cfg.store_features:
+            logits, value, hidden = self.model.forward_with_hidden(obs)
+            features = hidden.clamp(-FP16_MAX, FP16_MAX).half()
+        else:
+            logits, value = self.model(obs)
+        probs = torch.softmax(logits, dim=-1)
+        action = torch.multinomial(probs, 1, generator=self.rng).squeeze(-1)
+        return action, logits, value, features
+
+    @torch.inference_mode()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [N, *obs_shape] -> the model's value float32 [N]."""
+        return self.model(obs)[1]
+
+
+class RandomPolicy:
+    """Uniform random actions without inference (the pipeline benchmark).
+
+    Same interface as `ModelPolicy`; it never reads `weights`, so `version` stays -1.
+    Actions are drawn from `rng` (torch.Generator); logits and values are zeros.
+    """
+
+    def __init__(self, cfg: ActorConfig, weights, rng: torch.Generator):
+        self.cfg = cfg
+        self.rng = rng
+        self.version = -1
+
+    def refresh(self) -> None:
+        """Nothing to pull."""
+
+    @torch.inference_mode()
+    def act(self, obs: torch.Tensor):
+        """obs [E, *obs_shape] -> action int64 [E] (uniform over A), logits float32
+        [E, A] (zeros), value float32 [E] (zeros), features float16 [E, hidden_size]
+        (zeros; None unless `store_features`)."""
+        n = obs.shape[0]
+        logits = torch.zeros(n, self.cfg.num_actions)
+        value = torch.zeros(n)
+        features = None
+        if self.cfg.store_features:
+            features = torch.zeros(n, self.cfg.hidden_size, dtype=torch.float16)
+        action = torch.randint(0, self.cfg.num_actions, (n,), generator=self.rng)
+        return action, logits, value, features
+
+    @torch.inference_mode()
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [N, *obs_shape] -> zeros float32 [N]."""
+        return torch.zeros(obs.shape[0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,56 +126,12 @@ class ActorConfig:
     num_actions: int
     hidden_size: int
     seed: int
-    random_policy: bool = False  # benchmark mode: uniform actions, no inference
+    # the policy class, built in the actor as policy(cfg, weights, rng): ModelPolicy,
+    # or RandomPolicy for the benchmarks; a module-level class, pickled by reference
+    policy: type = ModelPolicy
     # write each row's policy hidden layer as "features" (float16 [E, hidden_size]); the
     # slots' spec must then have rollout_spec(..., feature_size=hidden_size)
     store_features: bool = False
-
-
-class _Policy:
-    """Batched action selection for the actor: the model, or uniform random."""
-
-    def __init__(self, cfg: ActorConfig, weights, rng: torch.Generator):
-        self.cfg = cfg
-        self.weights = weights
-        self.rng = rng
-        self.model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size)
-        self.model.eval()
-        self.version = -1
-
-    def refresh(self) -> None:
-        if not self.cfg.random_policy:
-            self.version = self.weights.pull(self.model, self.version)
-
-    @torch.inference_mode()
-    def act(self, obs: torch.Tensor):
-        """obs [E, ...] -> action int64 [E], logits float32 [E, A], value float32 [E],
-        features float16 [E, hidden_size] (None unless `store_features`; taken from the
-        same forward pass, zeros under `random_policy`)."""
-        n = obs.shape[0]
-        features = None
-        if self.cfg.random_policy:
-            logits = torch.zeros(n, self.cfg.num_actions)
-            value = torch.zeros(n)
-            if self.cfg.store_features:
-                features = torch.zeros(n, self.cfg.hidden_size, dtype=torch.float16)
-        elif self.cfg.store_features:
-            logits, value, hidden = self.model.forward_with_hidden(obs)
-            features = hidden.clamp(-FP16_MAX, FP16_MAX).half()
-        else:
-            logits, value = self.model(obs)
-        if self.cfg.random_policy:  # uniform: the zero logits above, without a softmax
-            action = torch.randint(0, self.cfg.num_actions, (n,), generator=self.rng)
-        else:
-            probs = torch.softmax(logits, dim=-1)
-            action = torch.multinomial(probs, 1, generator=self.rng).squeeze(-1)
-        return action, logits, value, features
-
-    @torch.inference_mode()
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.cfg.random_policy:
-            return torch.zeros(obs.shape[0])
-        return self.model(obs)[1]
 
 
 def _write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
@@ -140,7 +177,7 @@ def run_actor(actor_id: int, cfg: ActorConfig, buffers, weights, grants, message
         pass  # the learner has gone away
     except Exception:  # noqa: BLE001 - every failure is reported to the learner
         try:
-            messages.send(("error", traceback.format_exc()))
+            messages.send(ActorError(traceback.format_exc()))
         except (BrokenPipeError, OSError):
             pass
 
@@ -161,7 +198,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
     seed = cfg.seed
     rng = torch.Generator().manual_seed(seed)
     env = make_batched_env(cfg.env_id, cfg.envs_per_worker, cfg.env_options, seed=seed)
-    policy = _Policy(cfg, weights, rng)
+    policy = cfg.policy(cfg, weights, rng)
     policy.refresh()
     n = cfg.envs_per_worker
     held: list[int] = []
@@ -213,7 +250,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
                     row["features"] = features
                 _write_row(buffers, t, slots, row)
                 episodes.extend((ret, length) for _, ret, length in step.episodes)
-            messages.send(("rollout", tuple(taken), episodes, dict(seconds)))
+            messages.send(RolloutDone(tuple(taken), episodes, dict(seconds)))
             seconds = dict.fromkeys(seconds, 0.0)
     finally:
         env.close()

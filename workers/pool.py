@@ -1,12 +1,15 @@
 """The actor processes as seen from the learner: start, feed, watch, restart, stop.
 
 Each actor has two pipes of its own: `grants` (learner -> actor: lists of free
-slot indices) and `messages` (actor -> learner: finished rollouts with their
-episodes and the actor's time split, or an error). The time splits are summed in
-`actor_seconds` until `take_actor_seconds()`. The learner keeps the ledger of which slots each actor
-holds, so when an actor dies (an exception, or SIGKILL) its slots are reclaimed
-exactly and a new actor takes its place with a fresh seed; after
-`max_restarts` deaths the run is stopped with `ActorFailure`.
+slot indices) and `messages` (actor -> learner: the typed messages of
+workers/messages.py, a `RolloutDone` per finished rollout with its episodes and
+the actor's time split, or an `ActorError`). `poll()` and `close()` hand the
+learner each finished rollout as a `FinishedRollout` (slot indices, episodes);
+the time splits are summed in `actor_seconds` until `take_actor_seconds()`.
+The learner keeps the ledger of which slots each actor holds, so when an actor
+dies (an exception, or SIGKILL) its slots are reclaimed exactly and a new actor
+takes its place with a fresh seed; after `max_restarts` deaths the run is
+stopped with `ActorFailure`.
 """
 
 from __future__ import annotations
@@ -15,14 +18,30 @@ import dataclasses
 import signal
 import time
 from multiprocessing import connection
+from typing import NamedTuple
 
 import torch
 
 from workers.actor import ActorConfig, run_actor
+from workers.messages import ActorError, RolloutDone
 
 
 class ActorFailure(RuntimeError):
     pass
+
+
+class FinishedRollout(NamedTuple):
+    """A rollout an actor finished, as the pool hands it to the learner.
+
+    Attributes:
+        indices: slot indices into the SlotPool (ints, one per env of the actor);
+            rows 0..T of each (every field, `[T+1, ...]` per slot) are written, and
+            the slots now belong to the receiver, who must release them.
+        episodes: (return float, length int) of each episode that ended during it.
+    """
+
+    indices: tuple[int, ...]
+    episodes: list[tuple[float, int]]
 
 
 @dataclasses.dataclass
@@ -57,7 +76,7 @@ class ActorPool:
         self.log = log
         self.max_restarts = max_restarts
         self.restarts = 0
-        self._pending: list[tuple[tuple[int, ...], list]] = []
+        self._pending: list[FinishedRollout] = []
         self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         # each actor keeps one rollout's slots in hand and one in reserve
         self.target_held = 2 * cfg.envs_per_worker
@@ -99,7 +118,7 @@ class ActorPool:
                     continue
                 a.held.update(given)
 
-    def poll(self, timeout: float) -> list[tuple[tuple[int, ...], list]]:
+    def poll(self, timeout: float) -> list[FinishedRollout]:
         """Finished rollouts (slot indices, episodes) that arrived within `timeout` s."""
         out, self._pending = self._pending, []
         if out:
@@ -111,19 +130,18 @@ class ActorPool:
                 out.extend(self._read(a))
         return out
 
-    def _read(self, a: _Actor) -> list[tuple[tuple[int, ...], list]]:
+    def _read(self, a: _Actor) -> list[FinishedRollout]:
         out = []
         try:
             while a.messages.poll():
                 msg = a.messages.recv()
-                if msg[0] == "rollout":
-                    indices, episodes = msg[1], msg[2]
-                    for k, v in msg[3].items():
+                if isinstance(msg, RolloutDone):
+                    for k, v in msg.seconds.items():
                         self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
-                    a.held.difference_update(indices)
-                    out.append((indices, episodes))
-                elif msg[0] == "error":
-                    a.error = msg[1]
+                    a.held.difference_update(msg.indices)
+                    out.append(FinishedRollout(msg.indices, msg.episodes))
+                elif isinstance(msg, ActorError):
+                    a.error = msg.traceback
         except (EOFError, OSError):
             pass  # it died; `check` deals with it
         return out
@@ -164,7 +182,7 @@ class ActorPool:
         return [a.process.pid for a in self.actors]
 
     # --- stopping ----------------------------------------------------------------
-    def close(self, timeout: float = 10.0) -> list[tuple[tuple[int, ...], list]]:
+    def close(self, timeout: float = 10.0) -> list[FinishedRollout]:
         """Ask every actor to stop, join them (kill after `timeout`), return what
         they sent meanwhile; every slot they held goes back to the free list."""
         if self.stop_flag[0]:

@@ -114,6 +114,9 @@ def _register_minatar() -> None:
         minatar.gym.register_envs()
 
 
+ENV_KINDS = ("atari", "minatar", "vector")  # what env_kind returns
+
+
 def env_kind(env_id: str) -> str:
     """"atari", "minatar" or "vector": the observation kind that picks the network and
     the auto defaults of the flags."""

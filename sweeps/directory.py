@@ -5,8 +5,9 @@
     <run>/<env>_<ts>/     main.py's run directory for the run
     _logs/<run>.log       the run's stdout and stderr, every attempt
     _attempts/<run>/<k>/  earlier attempts of runs that were started again from scratch
-`classify` reads a finished run's directory to tell ok from interrupted. Used by
-training/sweep_runner.py and multi_train.py.
+`classify` reads a finished run's directory to tell ok from interrupted; `child_run_dir`
+finds the run directory main.py made in a run's folder. Used by sweeps/runner.py,
+sweeps/plot.py and multi_train.py.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import json
 import os
 from typing import Any
 
-from training.sweep_spec import flag_text
+from sweeps.spec import flag_text
+from training.files import atomic_write_text
 
 MANIFEST = "sweep.json"
 SUMMARY = "sweep_summary.csv"
@@ -27,15 +29,6 @@ ATTEMPTS = "_attempts"
 LOCK = ".lock"
 RESULT_COLUMNS = ["seed", "status", "exit_code", "frames", "env_steps", "wall_time_s",
                   "mean_return_last100", "best_mean_return_100", "attempts", "run_dir"]
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", newline="") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 @dataclasses.dataclass
@@ -67,7 +60,7 @@ def write_summary(sweep_dir: str, runs: list[Run], varied: list[str]) -> None:
     writer.writeheader()
     for run in runs:
         writer.writerow(run.row(varied))
-    _atomic_write(os.path.join(sweep_dir, SUMMARY), buf.getvalue())
+    atomic_write_text(os.path.join(sweep_dir, SUMMARY), buf.getvalue())
 
 
 def read_summary(sweep_dir: str) -> dict[str, dict[str, str]]:
@@ -78,7 +71,8 @@ def read_summary(sweep_dir: str) -> dict[str, dict[str, str]]:
         return {row["run"]: row for row in csv.DictReader(f) if row.get("run")}
 
 
-def _read_json(path: str) -> dict | None:
+def read_json(path: str) -> dict | None:
+    """A JSON file's object; None when it is missing, unreadable or not an object."""
     try:
         with open(path) as f:
             data = json.load(f)
@@ -87,16 +81,17 @@ def _read_json(path: str) -> dict | None:
         return None
 
 
-def _run_dirs(folder: str) -> set[str]:
+def run_dirs(folder: str) -> set[str]:
+    """The directories in `folder` (none when it does not exist)."""
     if not os.path.isdir(folder):
         return set()
     return {os.path.join(folder, d) for d in os.listdir(folder)
             if os.path.isdir(os.path.join(folder, d))}
 
 
-def _child_run_dir(folder: str) -> str | None:
+def child_run_dir(folder: str) -> str | None:
     """The run directory main.py made in `folder` (the newest, should there be several)."""
-    dirs = _run_dirs(folder)
+    dirs = run_dirs(folder)
     return max(dirs, key=os.path.getmtime) if dirs else None
 
 
@@ -108,8 +103,8 @@ def classify(exit_code: int, signalled: bool, run_dir: str | None) -> str:
         return "interrupted" if signalled else "failed"
     if run_dir is None:
         return "interrupted" if signalled else "ok"
-    flags_ = _read_json(os.path.join(run_dir, "flags.json")) or {}
-    summary = _read_json(os.path.join(run_dir, "summary.json"))
+    flags_ = read_json(os.path.join(run_dir, "flags.json")) or {}
+    summary = read_json(os.path.join(run_dir, "summary.json"))
     if flags_.get("op_mode") in ("train", "train_w_load") and summary is not None:
         target = flags_.get("environment_max_steps")
         done = summary.get("env_steps")

@@ -3,12 +3,13 @@
 `build_spec` checks everything before anything starts (bad JSON, unknown keys, empty grids
 or lists, flags main.py does not have, values its flag parsers refuse, duplicate runs,
 --results_dir) and returns the expanded runs or the list of problems; `flag_text` is how a
-sweep value is written as main.py's flag text. Used by multi_train.py; see its docstring.
+sweep value is written as main.py's flag text. main.py's flags are checked through
+option_flags.py's flag_names, check_flag_value and check_command_line (absl's FLAGS are
+never read here). Used by multi_train.py; see its docstring.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import itertools
 import json
@@ -61,29 +62,32 @@ def run_name(params: dict[str, Any]) -> str:
     text = ",".join(f"{k}={'auto' if v is None else flag_text(v)}" for k, v in params.items())
     name = re.sub(r"[^A-Za-z0-9._=,+-]+", "-", text)
     if len(name) > MAX_NAME:
-        name = f"{name[:MAX_NAME - 9]}_{_digest(params)}"
+        name = f"{name[:MAX_NAME - 9]}_{digest(params)}"
     return name
 
 
-def _digest(obj: Any, n: int = 8) -> str:
+def digest(obj: Any, n: int = 8) -> str:
+    """The first `n` hex digits of the SHA-1 of `obj` as sorted JSON."""
     return hashlib.sha1(json.dumps(obj, sort_keys=True).encode()).hexdigest()[:n]
 
 
-def _main_flags():
-    """main.py's absl flags (defined by importing option_flags; nothing is parsed)."""
+def _option_flags():
+    """option_flags.py, which defines main.py's flags (imported here, when a sweep is
+    checked, so that reading a sweep directory or plotting does not import it)."""
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     import option_flags
 
-    return option_flags.FLAGS
+    return option_flags
 
 
-def _check_flag(flag_defs, where: str, name: Any, problems: list[str]) -> str | None:
+def _check_flag(flag_names: set[str], where: str, name: Any,
+                problems: list[str]) -> str | None:
     if not isinstance(name, str) or not name.strip("-"):
         problems.append(f"{where}: flag names are strings, got {name!r}")
         return None
     name = name.lstrip("-")
-    if name not in flag_defs:
+    if name not in flag_names:
         problems.append(f"{where}: main.py has no flag --{name} (see python main.py --help)")
         return None
     if name == "results_dir":
@@ -93,14 +97,13 @@ def _check_flag(flag_defs, where: str, name: Any, problems: list[str]) -> str | 
     return name
 
 
-def _check_value(flag_defs, where: str, name: str, value: Any, problems: list[str]) -> None:
+def _check_value(where: str, name: str, value: Any, problems: list[str]) -> None:
     if value is None:
         return
     text = flag_text(value)
-    try:
-        flag_defs[name].parser.parse(text)
-    except Exception as e:  # absl raises ValueError or flags.Error subclasses
-        problems.append(f"{where}: --{name}={text}: {e}")
+    error = _option_flags().check_flag_value(name, text)
+    if error is not None:
+        problems.append(f"{where}: --{name}={text}: {error}")
 
 
 def _parse_seeds(raw: Any, where: str, problems: list[str]) -> list[int] | None:
@@ -124,7 +127,8 @@ def _parse_seeds(raw: Any, where: str, problems: list[str]) -> list[int] | None:
     return raw
 
 
-def _parse_json(text: str, where: str, problems: list[str]) -> Any:
+def parse_json(text: str, where: str, problems: list[str]) -> Any:
+    """`text` as JSON; None, with a problem for `where`, when it is not valid JSON."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -149,7 +153,7 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
     unknown = sorted(set(spec) - set(SPEC_KEYS))
     if unknown:
         problems.append(f"sweep: unknown keys {unknown}; a sweep has {list(SPEC_KEYS)}")
-    flag_defs = _main_flags()
+    flag_names = _option_flags().flag_names()
 
     g = spec.get("grid")
     clean_grid: dict[str, list] = {}
@@ -158,7 +162,7 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
             problems.append(f"grid: must be a non-empty object of flag: [values], got {g!r}")
         else:
             for key, values in g.items():
-                name = _check_flag(flag_defs, f"grid.{key}", key, problems)
+                name = _check_flag(flag_names, f"grid.{key}", key, problems)
                 if not isinstance(values, list) or not values:
                     problems.append(f"grid.{key}: must be a non-empty list of values, "
                                     f"got {values!r}")
@@ -166,7 +170,7 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
                 if name is None:
                     continue
                 for v in values:
-                    _check_value(flag_defs, f"grid.{key}", name, v, problems)
+                    _check_value(f"grid.{key}", name, v, problems)
                 texts = [None if v is None else flag_text(v) for v in values]
                 if len(set(texts)) != len(texts):
                     problems.append(f"grid.{key}: duplicate values in {values!r}")
@@ -186,10 +190,10 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
                     continue
                 clean = {}
                 for key, v in entry.items():
-                    name = _check_flag(flag_defs, f"list[{i}].{key}", key, problems)
+                    name = _check_flag(flag_names, f"list[{i}].{key}", key, problems)
                     if name is None:
                         continue
-                    _check_value(flag_defs, f"list[{i}].{key}", name, v, problems)
+                    _check_value(f"list[{i}].{key}", name, v, problems)
                     if name in clean_grid:
                         problems.append(f"list[{i}].{key}: --{name} is in the grid too; "
                                         "grid and list entries are combined, so they must "
@@ -208,7 +212,7 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
         problems.append(f"base: must be a list of flags like \"--env=CartPole-v1\", got {base!r}")
         base = []
     base = [*base, *cli_base]
-    _check_base(flag_defs, base, problems)
+    _check_base(base, problems)
 
     if problems:
         return {}, problems
@@ -223,7 +227,7 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
     names = [run_name(p) for p in params_list]
     for i, name in enumerate(names):  # different values that read the same once made safe
         if names.count(name) > 1:
-            names[i] = f"{name}_{_digest(params_list[i])}"
+            names[i] = f"{name}_{digest(params_list[i])}"
     varied = []
     for params in params_list:
         varied += [k for k in params if k != "seed" and k not in varied]
@@ -231,21 +235,13 @@ def build_spec(file_spec: dict | None, grid: Any, runs_list: Any, seeds: Any,
     return {"base": base, "runs": runs, "varied": varied}, problems
 
 
-def _check_base(flag_defs, base: list[str], problems: list[str]) -> None:
-    """Base flags must parse as main.py's flags (in a copy: the global flags stay as
-    they are)."""
+def _check_base(base: list[str], problems: list[str]) -> None:
+    """Base flags must parse as main.py's flags, and leave --results_dir to multi_train."""
     if not base:
         return
-    flag_defs = copy.deepcopy(flag_defs)
-    try:
-        rest = flag_defs(["main.py", *base])
-    except Exception as e:  # absl's flags.Error
-        problems.append(f"base flags (for main.py): {e}")
-        return
-    if len(rest) > 1:
-        problems.append(f"base flags (for main.py): unexpected arguments {rest[1:]}; "
-                        "flags look like --name=value")
-    if flag_defs["results_dir"].present:
+    errors, given = _option_flags().check_command_line(base)
+    problems.extend(f"base flags (for main.py): {e}" for e in errors)
+    if "results_dir" in given:
         problems.append("base flags (for main.py): --results_dir is set per run by "
                         "multi_train; use --sweep_dir")
 

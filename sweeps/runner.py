@@ -18,20 +18,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from training.sweep_dir import (
+from sweeps.directory import (
     ATTEMPTS,
     LOGS,
     RESULT_COLUMNS,
     SUMMARY,
     Run,
-    _child_run_dir,
-    _read_json,
-    _run_dirs,
+    child_run_dir,
     classify,
+    read_json,
     read_summary,
+    run_dirs,
     write_summary,
 )
-from training.sweep_spec import ROOT
+from sweeps.spec import ROOT
 
 MAIN = os.path.join(ROOT, "main.py")
 
@@ -109,14 +109,14 @@ class Sweep:
         resume_from = None
         if run.status in ("interrupted", "running"):  # continue from its checkpoint, if any
             previous = (os.path.join(self.dir, run.run_dir) if run.run_dir
-                        else _child_run_dir(folder))
+                        else child_run_dir(folder))
             if previous and os.path.exists(os.path.join(previous, "checkpoint.pt")):
-                flags_ = _read_json(os.path.join(previous, "flags.json")) or {}
+                flags_ = read_json(os.path.join(previous, "flags.json")) or {}
                 if flags_.get("op_mode") in ("train", "train_w_load"):
                     resume_from = previous
         if resume_from is None and os.path.isdir(folder) and os.listdir(folder):
             self._set_aside(run, folder)  # starts again: the folder gets a fresh run dir
-        before = _run_dirs(folder)
+        before = run_dirs(folder)
         argv = list(self.change_args(list(self.base), dict(run.params)))
         if resume_from:
             argv += ["--op_mode=train_w_load", f"--load_model_url={resume_from}"]
@@ -158,13 +158,13 @@ class Sweep:
         run, rc = child.run, child.proc.returncode
         # main.py makes a new run directory in the folder; a resumed run may instead go on
         # in the directory it resumes (both have been main.py's way)
-        new = _run_dirs(os.path.join(self.dir, run.name)) - child.dirs_before
+        new = run_dirs(os.path.join(self.dir, run.name)) - child.dirs_before
         run_dir = max(new, key=os.path.getmtime) if new else child.resume_from
         run.status = classify(rc, child.signalled, run_dir)
         run.exit_code = rc
         run.wall_time_s = round(time.time() - child.started, 1)
         run.run_dir = os.path.relpath(run_dir, self.dir) if run_dir else ""
-        summary = (_read_json(os.path.join(run_dir, "summary.json")) if run_dir else None) or {}
+        summary = (read_json(os.path.join(run_dir, "summary.json")) if run_dir else None) or {}
         for field in ("frames", "env_steps", "mean_return_last100", "best_mean_return_100"):
             value = summary.get(field)
             setattr(run, field, "" if value is None else value)

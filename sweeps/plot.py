@@ -1,4 +1,4 @@
-"""Learning curves as PNG files: `python -m training.plot <run or sweep dir>...`
+"""Learning curves as PNG files: `python -m sweeps.plot <run or sweep dir>...`
 
 For a run directory (one with episodes.csv), writes into it:
     curves.png       episode return vs frames (each episode, and the mean of the last 100)
@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from training.sweep_dir import RESULT_COLUMNS, SUMMARY, _child_run_dir  # noqa: E402
+from sweeps.directory import RESULT_COLUMNS, SUMMARY, child_run_dir  # noqa: E402
 
 SMOOTH = 100  # episodes in the running mean of returns
 LOSSES = [("policy_loss", "policy loss"), ("value_loss", "value loss"),
@@ -107,7 +107,7 @@ def sweep_groups(sweep_dir: str) -> dict[str, list[str]]:
     for row in rows:
         label = ",".join(f"{k}={row[k]}" for k in varied if row.get(k)) or "default"
         rd = (os.path.join(sweep_dir, row["run_dir"]) if row.get("run_dir")
-              else _child_run_dir(os.path.join(sweep_dir, row["run"])))
+              else child_run_dir(os.path.join(sweep_dir, row["run"])))
         if rd and os.path.isfile(os.path.join(rd, "episodes.csv")):
             groups.setdefault(label, []).append(rd)
     return groups
@@ -174,7 +174,7 @@ def plot(path: str) -> list[str]:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m training.plot <run or sweep dir>...", file=sys.stderr)
+        print("usage: python -m sweeps.plot <run or sweep dir>...", file=sys.stderr)
         return 2
     status = 0
     for path in argv:

@@ -1,0 +1,221 @@
+"""The run's configuration, apart from the command line: the frozen `Config`, its
+auto defaults and checks, and the flag priority of resumed runs.
+
+`make_config(values)` takes flag values (name -> value, None for "auto": absl's in
+`main.py`, `option_flags.default_values()` for benchmarks and tests), fills the auto
+defaults for the env's observation kind (`AUTO_DEFAULTS`), checks everything and
+returns all the problems at once. The `Config` it builds also holds what is derived
+from the flags once, right after the checks (as CleanRL's `Args`): the env kind, the
+typed replay entries, the env count and whether actors store hidden features.
+Anything that needs the env itself (shapes, slot sizes) is the run plan's
+(`training/plan.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+import torch
+
+from agents.impala import LossConfig
+from replay.config import ReplaySpec, parse_replay_parameters
+from wrappers.envs import ENV_KINDS, EnvOptions, check_env_id, env_kind
+
+DERIVED = {"derived": True}  # metadata of the fields that are not flags
+
+AUTO_DEFAULTS = {
+    # flag: (atari, minatar, vector)
+    "batch_size": (8, 8, 16),
+    "r_f_steps": (20, 20, 20),
+    "optimizer": ("rmsprop", "rmsprop", "adam"),
+    "lr": (6e-4, 6e-4, 2e-3),
+    "hidden_size": (512, 256, 64),
+    "envs_per_worker": (4, 8, 8),
+    "clip_rewards": (True, True, False),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    op_mode: str
+    seed: int
+    device: str
+    load_model_url: str | None
+    test_episode_count: int
+    test_policy: str
+    render: bool
+    env: str
+    environment_max_steps: int
+    skipped_frames: int
+    frames_stacked: int
+    noop_threshold: int
+    episodic_life: bool
+    repeat_action_probability: float | None
+    batch_size: int
+    r_f_steps: int
+    optimizer: str
+    lr: float
+    lr_end_value: float
+    lr_decay_power: float
+    rmsprop_eps: float
+    rmsprop_alpha: float
+    gradient_clip_by_norm_threshold: float
+    hidden_size: int
+    worker_count: int
+    envs_per_worker: int
+    learner_threads: int
+    max_actor_restarts: int
+    replay_parameters: str
+    training_fill_in_factor: float
+    caching: bool
+    cache_output_buffer_size: int
+    checkpoint_replay: bool
+    clear_policy_cloning_weight: float
+    clear_value_cloning_weight: float
+    kl_div_threshold: float
+    gamma: float
+    rho_const: float
+    pg_rho_const: float
+    c_const: float
+    policy_gradient_loss_weight: float
+    value_loss_weight: float
+    entropy_loss_weight: float
+    clip_rewards: bool
+    normalize_advantages: bool
+    reward_clipping_method: str
+    results_dir: str
+    save_model_period: int
+    keep_checkpoints: int
+    status_interval: float
+
+    # --- derived once, right after the flags are checked (by `make_config`) -----------
+    env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # ENV_KINDS
+    replays: tuple[ReplaySpec, ...] = dataclasses.field(kw_only=True, metadata=DERIVED)
+    n_envs: int = dataclasses.field(kw_only=True, metadata=DERIVED)  # workers x envs each
+    # whether the actors write the policy's hidden layer: some replay reads it
+    store_features: bool = dataclasses.field(kw_only=True, metadata=DERIVED)
+
+    def to_dict(self) -> dict:
+        """The flag values (not the derived fields): flags.json and checkpoints."""
+        return {name: getattr(self, name) for name in config_fields()}
+
+    def env_options(self, training: bool = True) -> EnvOptions:
+        return env_options(self.to_dict(), training)
+
+    def loss_config(self) -> LossConfig:
+        return LossConfig(**{f.name: getattr(self, f.name)
+                             for f in dataclasses.fields(LossConfig)})
+
+
+def config_fields() -> list[str]:
+    """The flag names a Config holds (its fields less the derived ones)."""
+    return [f.name for f in dataclasses.fields(Config) if not f.metadata.get("derived")]
+
+
+def env_options(config: dict, training: bool = True) -> EnvOptions:
+    """Env preprocessing from flag values (`Config.to_dict()` or a checkpoint's)."""
+    return EnvOptions(
+        skipped_frames=config["skipped_frames"],
+        frames_stacked=config["frames_stacked"],
+        noop_threshold=config["noop_threshold"],
+        episodic_life=config["episodic_life"] and training,
+        repeat_action_probability=config["repeat_action_probability"],
+    )
+
+
+def resolve_device(name: str) -> torch.device:
+    """--device: "auto" is cuda when available."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def make_config(values: dict) -> tuple[Config | None, list[str]]:
+    """A `Config` from flag values (name -> value, None for auto), and every error."""
+    errors: list[str] = []
+    v = dict(values)
+    env_problem = check_env_id(v["env"])
+    if env_problem:
+        errors.append(f"--env: {env_problem}")
+    kind = ENV_KINDS.index(env_kind(v["env"]))
+    for name, pair in AUTO_DEFAULTS.items():
+        if v.get(name) is None:
+            v[name] = pair[kind]
+    cores = os.cpu_count() or 1
+    if v.get("worker_count") is None:
+        v["worker_count"] = cores
+    if v.get("learner_threads") is None:
+        v["learner_threads"] = cores
+
+    not_finite = [f"--{f.name}: must be a finite number, got {v[f.name]}"
+                  for f in dataclasses.fields(Config)
+                  if isinstance(v.get(f.name), float) and not math.isfinite(v[f.name])]
+    if not_finite:  # the range checks below would be meaningless
+        return None, errors + not_finite
+
+    def positive(name: str) -> None:
+        if v[name] is None or v[name] <= 0:
+            errors.append(f"--{name}: must be > 0, got {v[name]}")
+
+    for name in ("environment_max_steps", "batch_size", "r_f_steps", "worker_count",
+                 "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
+                 "hidden_size", "lr", "save_model_period", "status_interval",
+                 "test_episode_count", "keep_checkpoints", "cache_output_buffer_size"):
+        positive(name)
+    for name in ("noop_threshold", "max_actor_restarts", "lr_end_value",
+                 "gradient_clip_by_norm_threshold", "value_loss_weight",
+                 "entropy_loss_weight", "policy_gradient_loss_weight",
+                 "clear_policy_cloning_weight", "clear_value_cloning_weight", "kl_div_threshold"):
+        if v[name] < 0:
+            errors.append(f"--{name}: must be >= 0, got {v[name]}")
+    if not 0 <= v["gamma"] <= 1:
+        errors.append(f"--gamma: must be in [0, 1], got {v['gamma']}")
+    for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):
+        if v[name] <= 0:
+            errors.append(f"--{name}: must be > 0, got {v[name]}")
+    if not 0 <= v["training_fill_in_factor"] <= 1:
+        errors.append(f"--training_fill_in_factor: must be in [0, 1], "
+                      f"got {v['training_fill_in_factor']}")
+    if not 0 <= v["rmsprop_alpha"] < 1:
+        errors.append(f"--rmsprop_alpha: must be in [0, 1), got {v['rmsprop_alpha']}")
+    if v["lr_decay_power"] <= 0:
+        errors.append(f"--lr_decay_power: must be > 0, got {v['lr_decay_power']}")
+    if v["lr"] > 0 and v["lr_end_value"] > v["lr"]:
+        errors.append(f"--lr_end_value: {v['lr_end_value']} is above --lr={v['lr']}; "
+                      "the schedule decays from lr to lr_end_value")
+    if not 0 <= v["seed"] < 2**30:
+        errors.append(f"--seed: must be in [0, 2**30), got {v['seed']}")
+    rap = v.get("repeat_action_probability")
+    if rap is not None and not 0 <= rap < 1:
+        errors.append(f"--repeat_action_probability: must be in [0, 1), got {rap}")
+    if v["op_mode"] in ("train_w_load", "test") and not v.get("load_model_url"):
+        errors.append(f"--load_model_url: required with --op_mode={v['op_mode']}; "
+                      "give a run directory or a checkpoint.pt")
+    replays, replay_errors = parse_replay_parameters(
+        v["replay_parameters"], v["batch_size"] if v["batch_size"] > 0 else 0
+    )
+    errors.extend(f"--replay_parameters: {e}" for e in replay_errors)
+    if errors:
+        return None, errors
+    return Config(**{name: v[name] for name in config_fields()},
+                  env_kind=ENV_KINDS[kind], replays=tuple(replays),
+                  n_envs=v["worker_count"] * v["envs_per_worker"],
+                  store_features=any(r.stores_hidden_features for r in replays)), []
+
+
+
+# Never taken from a checkpoint: they say what this invocation does.
+PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_policy", "render",
+                  "results_dir")
+
+
+def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
+    """Flag priority: given on the command line (`explicit`; multi_train.py passes its
+    overrides there too) > saved in the checkpoint (`saved`) > defaults (`values`)."""
+    merged = dict(values)
+    for name, value in saved.items():
+        if name in merged and name not in explicit and name not in PER_INVOCATION:
+            merged[name] = value
+    return merged

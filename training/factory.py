@@ -1,0 +1,96 @@
+"""Builds a run's parts from its config and plan, and wires them into a `Learner`.
+
+The order matters: seeds and threads first; the agent (and a checkpoint's model,
+optimizer, counters and RNG states); the shared-memory slots; the replays, whose
+elite and attentive sampling compute features with the agent's current model; the
+shared weights the actors pull; the actor pool. `make_agent` is also what the
+benchmarks time, so they take the step training takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+
+import numpy as np
+import torch
+import torch.multiprocessing as mp
+
+from agents.agent import Agent, OptimConfig, build_agent
+from agents.networks import build_model, policy_features
+from replay.mixer import BatchMixer, build_replays
+from training.config import Config, resolve_device
+from training.learner import Learner
+from training.plan import RunPlan
+from training.report import Report
+from training.run_dir import RunDir
+from workers.actor import ActorConfig, ModelPolicy
+from workers.pool import ActorPool
+from workers.slots import SlotPool
+from workers.weights import SharedWeights
+from wrappers.envs import EnvInfo
+
+
+def optim_config(cfg: Config) -> OptimConfig:
+    return OptimConfig(optimizer=cfg.optimizer, lr=cfg.lr, lr_end_value=cfg.lr_end_value,
+                       lr_decay_power=cfg.lr_decay_power, rmsprop_eps=cfg.rmsprop_eps,
+                       rmsprop_alpha=cfg.rmsprop_alpha,
+                       max_grad_norm=cfg.gradient_clip_by_norm_threshold)
+
+
+def make_agent(cfg: Config, info: EnvInfo) -> Agent:
+    """The IMPALA agent of `cfg` for `info`'s observations and actions."""
+    model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size)
+    return build_agent("impala", model, cfg.loss_config(), optim_config(cfg),
+                       resolve_device(cfg.device))
+
+
+def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> ActorConfig:
+    return ActorConfig(
+        env_id=cfg.env, env_options=cfg.env_options(), envs_per_worker=cfg.envs_per_worker,
+        unroll_length=cfg.r_f_steps, obs_shape=info.obs_shape, num_actions=info.num_actions,
+        hidden_size=cfg.hidden_size, seed=cfg.seed + 1, policy=policy,
+        store_features=cfg.store_features)
+
+
+def restore_rng(rng: dict) -> None:
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+
+
+def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | None = None,
+                  policy: type = ModelPolicy) -> Learner:
+    """Every part of the run, restored from `checkpoint` if given. `policy` is what
+    the actors act with (`workers.actor.RandomPolicy` for the pipeline benchmark)."""
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.learner_threads)
+    info = plan.info
+    agent = make_agent(cfg, info)
+    if checkpoint is not None:
+        agent.load_state_dict(checkpoint)
+        restore_rng(checkpoint["rng"])
+    report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
+                    state=checkpoint)
+    slots = SlotPool(plan.spec, num_slots=plan.num_slots)
+    features = functools.partial(policy_features, agent.model, obs_shape=info.obs_shape)
+    replays = build_replays(
+        list(cfg.replays), slots, plan.spec, cfg.r_f_steps, pixel_stack=plan.pixel_stack,
+        max_chain_heads=plan.max_chain_heads, fill_in_factor=cfg.training_fill_in_factor,
+        features_fn=functools.partial(features, kind="logits"),
+        schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
+        seed=cfg.seed, hidden_features_fn=functools.partial(features, kind="hidden"))
+    for i, r in enumerate(replays):
+        if r.stored_bytes():
+            size = r.stored_bytes() / 2**20
+            run.log.info(f"replay {i} ({r.describe()})" + (
+                "" if cfg.checkpoint_replay else
+                f"; not in checkpoints (--checkpoint_replay would add up to {size:.1f} MiB)"))
+    mixer = BatchMixer(slots, replays, [e.sample_ratio for e in cfg.replays], cfg.batch_size)
+    if checkpoint is not None and "replays" in checkpoint:
+        mixer.load_state_dict(checkpoint["replays"])
+    weights = SharedWeights(agent.model)
+    weights.publish(agent.model, report.counters.updates)
+    actors = ActorPool(mp.get_context("spawn"), actor_config(cfg, info, policy),
+                       cfg.worker_count, slots, weights, run.log, cfg.max_actor_restarts)
+    return Learner(cfg, info, agent, slots, mixer, weights, actors, report)

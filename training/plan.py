@@ -1,0 +1,75 @@
+"""The run plan: the env probed once, and every size the run derives from it.
+
+`make_plan(cfg)` builds one env to read its `EnvInfo`, then computes the rollout
+slot spec, the slot count, the frame stack the replays share frames by, and the
+bytes each replay will allocate (with `RolloutStorage`'s own formula). The session
+checks the plan against the machine's memory before anything starts
+(`check_memory`); the learner is built from it. Nothing here allocates.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+
+import psutil
+import torch
+
+from replay.storage_replay import planned_bytes
+from training.config import Config
+from workers.slots import rollout_spec, spec_bytes
+from wrappers.envs import EnvInfo, env_info
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    info: EnvInfo
+    # field -> (shape [T+1, ...], dtype) of one rollout slot (workers/slots.py)
+    spec: dict[str, tuple[tuple[int, ...], torch.dtype]]
+    # two rollouts' worth per env (held by the actors) and two batches
+    num_slots: int
+    slot_bytes: int  # of all slots together, in shared memory
+    pixel_stack: int | None  # frames per stacked obs that replays store once; None: no stack
+    # frame-pool sizing of FIFO replays: one chain of shared frames per env, plus
+    # those of restarted actors
+    max_chain_heads: int
+    replay_bytes: tuple[int, ...]  # per `cfg.replays` entry; 0 for the queue
+
+
+def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
+    """The plan of `cfg`'s run; `info` saves the probe when the caller has it."""
+    info = info or env_info(cfg.env, cfg.env_options())
+    spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions,
+                        feature_size=cfg.hidden_size if cfg.store_features else 0)
+    num_slots = 2 * cfg.n_envs + 2 * cfg.batch_size
+    pixel_stack = info.frame_stack or None
+    max_chain_heads = 2 * cfg.n_envs
+    return RunPlan(
+        info=info, spec=spec, num_slots=num_slots,
+        slot_bytes=spec_bytes(spec) * num_slots, pixel_stack=pixel_stack,
+        max_chain_heads=max_chain_heads,
+        replay_bytes=tuple(0 if e.type == "queue" else
+                           planned_bytes(e, spec, cfg.r_f_steps, pixel_stack, max_chain_heads)
+                           for e in cfg.replays))
+
+
+def check_memory(plan: RunPlan) -> str | None:
+    """None if the slots fit shared memory and slots plus replays fit RAM (80% of
+    what is free), else the message naming the flags to change."""
+    shm = psutil.virtual_memory().available
+    if os.path.isdir("/dev/shm"):
+        shm = min(shm, shutil.disk_usage("/dev/shm").free)
+    slots = plan.slot_bytes
+    if slots > 0.8 * shm:
+        return (f"--r_f_steps / --worker_count / --envs_per_worker / --batch_size: the rollout "
+                f"slots need {slots / 2**30:.2f} GiB of shared memory and {shm / 2**30:.2f} GiB "
+                "is free; make them smaller")
+    replays = [b for b in plan.replay_bytes if b > 0]
+    ram = psutil.virtual_memory().available
+    if slots + sum(replays) > 0.8 * ram:
+        sizes = ", ".join(f"{b / 2**30:.2f} GiB" for b in replays)
+        return (f"--replay_parameters: the replay capacities need {sizes} of memory (plus "
+                f"{slots / 2**30:.2f} GiB of rollout slots) and {ram / 2**30:.2f} GiB is "
+                "available; lower 'capacity'")
+    return None

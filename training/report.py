@@ -1,0 +1,175 @@
+"""What a run counts and reports: counters, episodes, the status line, TensorBoard
+scalars, learner.csv rows and summary.json.
+
+Counting: an env step is one agent decision of one env; frames = env steps x
+frameskip (1 outside Atari). Each status line (every `status_interval` s) also
+writes the interval's TensorBoard scalars at the current env steps: losses and
+pipeline figures averaged over the interval, system figures sampled then; every
+finished episode goes to `charts/` and to episodes.csv.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import sys
+import time
+
+import numpy as np
+
+from training import metrics
+from training.run_dir import RunDir
+
+
+@dataclasses.dataclass
+class Counters:
+    env_steps: int = 0
+    updates: int = 0
+    episodes: int = 0
+    wall_time: float = 0.0  # seconds of training, summed over resumed runs
+
+
+class Report:
+    """Counters and returns of a run, and everything written about them."""
+
+    def __init__(self, run: RunDir, env: str, frames_per_step: int, max_env_steps: int,
+                 state: dict | None = None):
+        """`state`: a checkpoint's (counters, recent returns, best mean) to go on from."""
+        self.run_dir = run
+        self.log = run.log
+        self.env = env
+        self.frames_per_step = frames_per_step
+        self.max_env_steps = max_env_steps
+        self.counters = Counters()
+        self.returns: collections.deque[float] = collections.deque(maxlen=100)
+        self.best_mean_return = -math.inf
+        if state is not None:
+            self.counters = Counters(**state["counters"])
+            self.returns.extend(state.get("recent_returns", []))
+            best = state.get("best_mean_return_100")
+            self.best_mean_return = -math.inf if best is None else best
+        self.last_stats: dict[str, float] = {}
+        self.fps = 0.0
+        self.first_rollout_at: tuple[float, int] | None = None  # (time, env steps before)
+        self._t_start = time.time()
+        self._wall_at_start = self.counters.wall_time
+        self._env_steps_at_start = self.counters.env_steps
+        self._last_status = (self._t_start, self.counters.env_steps)
+        self.pipeline = metrics.PipelineStats()
+        self.system = metrics.SystemMonitor()
+        self.tb = metrics.TensorBoardLog(run.path)
+
+    # --- what happened ---------------------------------------------------------------
+    def rollouts(self, env_steps: int) -> None:
+        """`env_steps` more env steps arrived."""
+        if self.first_rollout_at is None:
+            self.first_rollout_at = (time.time(), self.counters.env_steps)
+        self.counters.env_steps += env_steps
+
+    def episodes(self, episodes: list[tuple[float, int]]) -> None:
+        """Finished episodes, (return, length) each."""
+        now = round(self.wall(), 3)
+        c = self.counters
+        for ret, length in episodes:
+            c.episodes += 1
+            self.returns.append(ret)
+            self.tb.episode(ret, length, c.env_steps, c.env_steps * self.frames_per_step)
+            self.run_dir.episodes.writerow({
+                "env_steps": c.env_steps, "frames": c.env_steps * self.frames_per_step,
+                "episode_return": ret, "episode_length": length, "wall_time": now,
+            })
+            if len(self.returns) == self.returns.maxlen:
+                self.best_mean_return = max(self.best_mean_return, float(np.mean(self.returns)))
+
+    def update(self, stats: dict[str, float], wait_s: float, update_s: float,
+               lag: tuple[float, float], free_slots: int) -> None:
+        """One learner update: its loss statistics and pipeline figures."""
+        self.counters.updates += 1
+        self.last_stats = stats
+        self.pipeline.add_update(wait_s, update_s, lag[0], lag[1], stats)
+        c = self.counters
+        self.run_dir.learner.writerow({
+            "updates": c.updates, "env_steps": c.env_steps,
+            "frames": c.env_steps * self.frames_per_step,
+            "fps": round(self.fps, 1), **{k: f"{v:.6g}" for k, v in stats.items()},
+            "policy_lag_mean": f"{lag[0]:.4g}", "policy_lag_max": f"{lag[1]:.4g}",
+            "batch_wait_s": f"{wait_s:.4g}", "update_s": f"{update_s:.4g}",
+            "free_slots": free_slots,
+        })
+
+    # --- figures ---------------------------------------------------------------------
+    def wall(self) -> float:
+        """Seconds of training, over resumed runs too."""
+        return self._wall_at_start + time.time() - self._t_start
+
+    def mean_return(self) -> float | None:
+        return float(np.mean(self.returns)) if self.returns else None
+
+    def mean_fps(self) -> float:
+        elapsed = time.time() - self._t_start
+        steps = self.counters.env_steps - self._env_steps_at_start
+        return 0.0 if elapsed <= 0 else steps * self.frames_per_step / elapsed
+
+    def summary(self, actor_restarts: int) -> dict:
+        c = self.counters
+        best = self.best_mean_return
+        return {
+            "env": self.env,
+            "env_steps": c.env_steps,
+            "frames": c.env_steps * self.frames_per_step,
+            "updates": c.updates,
+            "episodes": c.episodes,
+            "wall_time_s": round(self.wall(), 3),
+            "mean_return_last100": self.mean_return(),
+            "best_mean_return_100": None if math.isinf(best) else best,
+            "fps_mean": round(self.mean_fps(), 1),
+            "actor_restarts": actor_restarts,
+        }
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the counting (see `__init__`'s `state`)."""
+        self.counters.wall_time = self.wall()
+        best = self.best_mean_return
+        return {"counters": dataclasses.asdict(self.counters),
+                "recent_returns": list(self.returns),
+                "best_mean_return_100": None if math.isinf(best) else best}
+
+    # --- the status line -------------------------------------------------------------
+    def status(self, extra_scalars: dict[str, float], actor_restarts: int) -> None:
+        """The status line, the interval's scalars (with `extra_scalars`: replay and
+        system figures) and summary.json; every file flushed."""
+        now = time.time()
+        t0, s0 = self._last_status
+        if now > t0:
+            self.fps = (self.counters.env_steps - s0) * self.frames_per_step / (now - t0)
+        self._last_status = (now, self.counters.env_steps)
+        c = self.counters
+        mean = self.mean_return()
+        s = self.last_stats
+        lag = self.pipeline.lag()
+        losses = (f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
+                  if s else "no update yet")
+        bar, eta = metrics.progress(c.env_steps, self.max_env_steps,
+                                    (self.fps or self.mean_fps()) / self.frames_per_step,
+                                    sys.stdout.isatty())
+        self.log.info(
+            f"{bar}frames {c.env_steps * self.frames_per_step:,} | env steps {c.env_steps:,} | "
+            f"fps {self.fps:,.0f} (mean {self.mean_fps():,.0f}) | updates {c.updates:,} | "
+            f"return(100) {'n/a' if mean is None else f'{mean:.2f}'} "
+            f"[{c.episodes} episodes] | {losses} | "
+            f"lag {'n/a' if lag is None else f'{lag:.1f}'} | ETA {eta}"
+        )
+        values = {"perf/fps": self.fps, "perf/fps_mean": self.mean_fps(),
+                  "charts/episodes": float(c.episodes),
+                  **self.pipeline.scalars(now - t0), **extra_scalars}
+        if mean is not None:
+            values["charts/mean_return_100"] = mean
+        self.tb.scalars(values, c.env_steps)
+        self.tb.flush()
+        self.run_dir.flush()
+        self.run_dir.write_summary(self.summary(actor_restarts))
+
+    def close(self) -> None:
+        self.tb.close()
+
