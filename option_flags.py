@@ -41,6 +41,10 @@ def _define_bool(name: str, default: bool | None, help_text: str) -> None:
 
 
 # --- general -------------------------------------------------------------------
+flags.DEFINE_enum("agent", "impala", ["impala", "ppo", "truly_ppo"],
+                  "The learner's algorithm: impala (V-trace, one step per batch), ppo "
+                  "(APPO-style clipped surrogate, epochs x minibatches per batch) or truly_ppo "
+                  "(Truly PPO's trust-region rollback). Cannot change on resume.")
 flags.DEFINE_enum("op_mode", "train", ["train", "train_w_load", "test"],
                   "train: a new run; train_w_load: resume from --load_model_url; "
                   "test: play --test_episode_count games with a saved agent.")
@@ -82,6 +86,8 @@ flags.DEFINE_float("rmsprop_eps", 1e-5,
                    "RMSProp epsilon, added to the root of the mean square (torch). 1e-5 suits "
                    "the losses here, means over T x B; IMPALA's 0.01 was for sums.")
 flags.DEFINE_float("rmsprop_alpha", 0.99, "RMSProp decay.")
+flags.DEFINE_float("adam_eps", None, "Adam epsilon; auto: 1e-5 for ppo and truly_ppo (CleanRL, "
+                   "Sample Factory), 1e-8 (torch's) for impala.")
 flags.DEFINE_float("gradient_clip_by_norm_threshold", 0.5,
                    "Global gradient-norm clip (of the mean-reduced losses); 0: off. 0.5 as A2C, "
                    "CleanRL and Sample Factory; on CartPole 40 (never reached) let the policy "
@@ -117,6 +123,23 @@ flags.DEFINE_float("clear_value_cloning_weight", 0.0,
 flags.DEFINE_float("kl_div_threshold", 0.0,
                    "LASER-style mask: steps whose KL(behaviour || current) exceeds it are "
                    "dropped from the traces and losses; 0: off.")
+
+# --- PPO and Truly PPO (--agent=ppo / truly_ppo) ----------------------------------
+flags.DEFINE_integer("ppo_epochs", 4, "Passes over each batch.")
+flags.DEFINE_integer("ppo_minibatches", 4, "Minibatches per pass (whole rollouts each); "
+                     "at most --batch_size.")
+flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
+                   "0.2 vector (CleanRL's Atari and CartPole values).")
+flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "
+                   "loss; 0: off; auto: 0 for ppo, 0.1 for truly_ppo (the paper's Atari value).")
+flags.DEFINE_float("gae_lambda", 0.95, "GAE(lambda) of the ppo advantages.")
+flags.DEFINE_enum("ppo_advantage", "auto", ["auto", "gae", "vtrace"],
+                  "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, "
+                  "vtrace when replays other than the queue (off-policy data) are mixed in.")
+flags.DEFINE_float("truly_ppo_delta", 0.0008, "truly_ppo: KL(behaviour || current) bound of the "
+                   "trust region (the paper's Atari value).")
+flags.DEFINE_float("truly_ppo_alpha", 20.0, "truly_ppo: slope of the KL rollback outside the "
+                   "trust region (the paper's Atari value).")
 
 # --- V-trace and losses ----------------------------------------------------------
 flags.DEFINE_float("gamma", 0.99, "Discount.")

@@ -1,4 +1,5 @@
-"""The IMPALA learner step: V-trace targets, the three losses, one optimizer step.
+"""IMPALA (`--agent=impala`): V-trace targets, the three losses, one optimizer step
+per batch (`ImpalaAgent`).
 
 A batch is a dict of time-major tensors with T+1 rows (see `workers/slots.py`):
 row t holds the observation x_t, the behaviour policy's action, logits and value
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from agents import vtrace
+from agents.agent import Agent, OptimConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -178,3 +180,18 @@ def impala_loss(
             + cfg.clear_value_cloning_weight * value_cloning
         stats.update(policy_cloning=policy_cloning.item(), value_cloning=value_cloning.item())
     return loss, stats
+
+
+class ImpalaAgent(Agent):
+    """V-trace actor-critic (Espeholt et al., 2018): one optimizer step per batch on
+    `impala_loss`."""
+
+    def __init__(self, model: nn.Module, loss: LossConfig, optim: OptimConfig,
+                 device: torch.device):
+        super().__init__(model, optim, device)
+        self.loss_cfg = loss
+
+    def train(self, batch):
+        loss, stats = impala_loss(self.model, batch, self.loss_cfg)
+        stats["grad_norm"] = self.step(loss)
+        return stats

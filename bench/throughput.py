@@ -6,7 +6,7 @@ Measured on the same env with the same worker_count x envs_per_worker, each
 using the whole machine, all in frames/s (env steps x frameskip):
     env_ceiling_fps  worker_count processes stepping raw AtariVectorEnvs (random actions)
     pipeline_fps     the real actors (random policy) through slots and queues; the
-                     learner samples the batches and discards them (no update)
+                     learner frees every rollout's slot unread (no batch, no update)
     train_fps        full training with the default model
     inference_fps    worker_count processes (one torch thread each) running the actor's
                      batched forward pass on envs_per_worker observations
@@ -14,6 +14,8 @@ using the whole machine, all in frames/s (env steps x frameskip):
                      as training takes it) on synthetic batches [T+1, B, ...]
     compute_bound_fps  1 / (1/env + 1/inference + 1/learner): what full training could
                      reach if the machine did nothing but these three, one after another
+    learner_fps_ppo, train_fps_ppo  the same two with --agent=ppo (its defaults: batch
+                     32, 4 epochs x 4 minibatches per batch)
 and the ratios pipeline_over_ceiling, train_over_ceiling and train_over_bound.
 Start-up (process spawn, imports) is excluded: rates are taken from the first
 rollout received, or after a warm-up.
@@ -146,15 +148,24 @@ def learner_alone_fps(cfg: Config, info, updates: int) -> float:
     return updates * cfg.r_f_steps * b * info.frames_per_step / (time.time() - t0)
 
 
-class DiscardingAgent:
-    """Takes the place of the agent in the pipeline measurement: batches are sampled
-    and dropped, no step is taken."""
+class DiscardingMixer:
+    """Takes the place of the batch mixer in the pipeline measurement: every rollout's
+    slot is freed unread and no batch is ever ready, so the learner only moves slots."""
 
-    def __init__(self, agent):
-        self.model, self.device = agent.model, agent.device
+    def __init__(self, mixer):
+        self.pool, self.replays = mixer.pool, mixer.replays
 
-    def update(self, batch, progress: float) -> dict[str, float]:
-        return {}
+    def add(self, index: int) -> None:
+        self.pool.release([index])
+
+    def ready(self) -> bool:
+        return False
+
+    def set_updates(self, updates: int) -> None:
+        pass
+
+    def release_all(self) -> None:
+        pass
 
 
 def learner_fps(cfg: Config, steps: int, train: bool) -> float:
@@ -165,7 +176,7 @@ def learner_fps(cfg: Config, steps: int, train: bool) -> float:
         learner = build_learner(cfg, make_plan(cfg), run,
                                 policy=ModelPolicy if train else RandomPolicy)
         if not train:
-            learner.agent = DiscardingAgent(learner.agent)
+            learner.mixer = DiscardingMixer(learner.mixer)
         try:
             learner.run(max_env_steps=steps)
             t_end, steps_end = time.time(), learner.counters.env_steps
@@ -196,8 +207,9 @@ def main() -> None:
         status_interval=1e9,
     )
     cfg, errors = make_config(values)
-    if errors:
-        sys.exit("\n".join(errors))
+    cfg_ppo, errors_ppo = make_config({**values, "agent": "ppo"})
+    if errors or errors_ppo:
+        sys.exit("\n".join(errors + errors_ppo))
     info = env_info(cfg.env, cfg.env_options())
     runs = []
     for _ in range(args.repeats):
@@ -205,7 +217,9 @@ def main() -> None:
                "inference_fps": inference_fps(cfg, info, args.seconds),
                "learner_fps": learner_alone_fps(cfg, info, args.learner_updates),
                "pipeline_fps": learner_fps(cfg, args.steps, train=False),
-               "train_fps": learner_fps(cfg, args.steps, train=True)}
+               "train_fps": learner_fps(cfg, args.steps, train=True),
+               "learner_fps_ppo": learner_alone_fps(cfg_ppo, info, args.learner_updates),
+               "train_fps_ppo": learner_fps(cfg_ppo, args.steps, train=True)}
         run["compute_bound_fps"] = 1.0 / sum(1.0 / run[k] for k in
                                              ("env_ceiling_fps", "inference_fps", "learner_fps"))
         runs.append(run)

@@ -36,6 +36,9 @@ RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.l
         (["--lr=0.001", "--lr_end_value=0.01"], "--lr_end_value"),
         (["--seed=-3"], "--seed"),
         (["--rmsprop_alpha=1.5"], "--rmsprop_alpha"),
+        (["--agent=ppo", "--ppo_minibatches=64"], "--ppo_minibatches"),
+        (["--agent=sarsa"], "agent"),
+        (["--agent=truly_ppo", "--gae_lambda=1.5"], "--gae_lambda"),
         (["--r_f_steps=100000000", "--batch_size=1000"], "--r_f_steps"),
         (['--replay_parameters=[{"type": "queue", "sample_ratio": 0.5}, {"type": "standard", '
           '"capacity": 50000000, "sample_ratio": 0.5}]'], "lower 'capacity'"),
@@ -101,6 +104,14 @@ def test_resume_refuses_a_different_network(results, cartpole_run):
                     "--hidden_size=64", f"--results_dir={results}", timeout=60)
     assert proc.returncode == 2
     assert "--hidden_size" in proc.stderr and "--hidden_size=32" in proc.stderr
+    assert not os.path.exists(results)
+
+
+def test_resume_refuses_a_different_agent(results, cartpole_run):
+    proc = run_main("--op_mode=train_w_load", f"--load_model_url={cartpole_run}",
+                    "--agent=ppo", f"--results_dir={results}", timeout=60)
+    assert proc.returncode == 2
+    assert "--agent" in proc.stderr and "--agent=impala" in proc.stderr
     assert not os.path.exists(results)
 
 

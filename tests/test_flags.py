@@ -44,6 +44,28 @@ def test_auto_defaults_follow_the_observation_kind():
     assert vector.gradient_clip_by_norm_threshold == 0.5
 
 
+def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
+    for env, clip in (("PongNoFrameskip-v4", 0.1), ("CartPole-v1", 0.2)):
+        cfg, errors = parse(f"--env={env}", "--agent=ppo")
+        assert not errors
+        assert (cfg.optimizer, cfg.lr, cfg.adam_eps, cfg.batch_size, cfg.ppo_clip,
+                cfg.ppo_value_clip, cfg.ppo_advantage) == ("adam", 2.5e-4, 1e-5, 32, clip,
+                                                           0.0, "gae")
+    truly, _ = parse("--env=CartPole-v1", "--agent=truly_ppo")
+    assert (truly.ppo_value_clip, truly.truly_ppo_delta, truly.truly_ppo_alpha) == \
+        (0.1, 0.0008, 20.0)
+    impala, _ = parse("--env=CartPole-v1")
+    assert (impala.adam_eps, impala.batch_size, impala.lr) == (1e-8, 16, 2e-3)
+    # replayed data is off-policy: V-trace advantages unless asked otherwise
+    mix = ('--replay_parameters=[{"type": "queue", "sample_ratio": 0.5}, '
+           '{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]')
+    assert parse("--env=CartPole-v1", "--agent=ppo", mix)[0].ppo_advantage == "vtrace"
+    assert parse("--env=CartPole-v1", "--agent=ppo", mix,
+                 "--ppo_advantage=gae")[0].ppo_advantage == "gae"
+    cfg, _ = parse("--env=CartPole-v1", "--agent=ppo", "--lr=1e-3", "--batch_size=8")
+    assert (cfg.lr, cfg.batch_size) == (1e-3, 8)
+
+
 def test_explicit_flag_wins_over_auto():
     cfg, _ = parse("--env=CartPole-v1", "--optimizer=rmsprop", "--lr=0.5", "--clip_rewards=1")
     assert (cfg.optimizer, cfg.lr, cfg.clip_rewards) == ("rmsprop", 0.5, True)

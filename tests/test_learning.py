@@ -5,11 +5,14 @@
 * CartPole-v1 with nothing but `--env` and `--environment_max_steps=500000`: the
   defaults for vector observations must reach a mean return of 475 over 20
   consecutive training episodes within the budget.
+* CartPole-v1 with `--agent=ppo` and with `--agent=truly_ppo` (their defaults) reach
+  the same 475 within 500k env steps.
 * MinAtar Breakout-v1 with nothing but `--env` and a budget of 200k env steps: the
   pixel defaults must reach a mean return of 2.0 over 100 consecutive episodes
   (a uniform random policy scores 0.37). This is pixel learning on 2 cores in
   under a minute; with RMSProp's eps at IMPALA's 0.01 on mean-reduced losses (the
-  defect that kept Pong at -20) the best mean-100 in 1M env steps was 0.9.
+  defect that kept Pong at -20) the best mean-100 in 1M env steps was 0.9. The
+  same target and budget hold for `--agent=ppo`.
 """
 
 from __future__ import annotations
@@ -69,6 +72,9 @@ def test_first_solved_needs_a_full_window(tmp_path):
     assert first_solved(str(path), target=501) is None
 
 
+PPO_CARTPOLE_STEPS = 500_000
+
+
 def test_cartpole_defaults_reach_475(results):
     proc = run_main("--env=CartPole-v1", "--environment_max_steps=500000",
                     f"--results_dir={results}")
@@ -76,6 +82,16 @@ def test_cartpole_defaults_reach_475(results):
     solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
     print(f"CartPole-v1 mean(20) >= 475 at (env steps, seconds) = {solved}")
     assert solved is not None and solved[0] <= 500_000
+
+
+@pytest.mark.parametrize("agent", ["ppo", "truly_ppo"])
+def test_cartpole_ppo_agents_reach_475(results, agent):
+    proc = run_main("--env=CartPole-v1", f"--agent={agent}",
+                    f"--environment_max_steps={PPO_CARTPOLE_STEPS}", f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
+    print(f"CartPole-v1 --agent={agent}: mean(20) >= 475 at (env steps, seconds) = {solved}")
+    assert solved is not None and solved[0] <= PPO_CARTPOLE_STEPS
 
 
 REPLAY_MIXES = {
@@ -116,4 +132,15 @@ def test_minatar_breakout_defaults_learn_from_pixels(results):
                           target=MINATAR_TARGET)
     print(f"MinAtar Breakout-v1 mean(100) >= {MINATAR_TARGET} at (env steps, seconds) = "
           f"{solved}")
+    assert solved is not None and solved[0] <= MINATAR_STEPS
+
+
+def test_minatar_breakout_ppo_learns_from_pixels(results):
+    proc = run_main("--env=MinAtar/Breakout-v1", "--agent=ppo",
+                    f"--environment_max_steps={MINATAR_STEPS}", f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window=100,
+                          target=MINATAR_TARGET)
+    print(f"MinAtar Breakout-v1 --agent=ppo mean(100) >= {MINATAR_TARGET} at (env steps, "
+          f"seconds) = {solved}")
     assert solved is not None and solved[0] <= MINATAR_STEPS

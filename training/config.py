@@ -34,11 +34,19 @@ AUTO_DEFAULTS = {
     "hidden_size": (512, 256, 64),
     "envs_per_worker": (4, 8, 8),
     "clip_rewards": (True, True, False),
+    "ppo_clip": (0.1, 0.1, 0.2),
+}
+# --agent=ppo / truly_ppo: CleanRL's and Sample Factory's PPO settings, before the above
+PPO_AUTO_DEFAULTS = {
+    "optimizer": ("adam", "adam", "adam"),
+    "lr": (2.5e-4, 2.5e-4, 2.5e-4),
+    "batch_size": (32, 32, 32),
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
+    agent: str
     op_mode: str
     seed: int
     device: str
@@ -61,6 +69,7 @@ class Config:
     lr_decay_power: float
     rmsprop_eps: float
     rmsprop_alpha: float
+    adam_eps: float
     gradient_clip_by_norm_threshold: float
     hidden_size: int
     worker_count: int
@@ -84,6 +93,14 @@ class Config:
     entropy_loss_weight: float
     clip_rewards: bool
     normalize_advantages: bool
+    ppo_epochs: int
+    ppo_minibatches: int
+    ppo_clip: float
+    ppo_value_clip: float
+    gae_lambda: float
+    ppo_advantage: str  # "gae" or "vtrace" once made ("auto" resolved)
+    truly_ppo_delta: float
+    truly_ppo_alpha: float
     reward_clipping_method: str
     results_dir: str
     save_model_period: int
@@ -140,6 +157,14 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     if env_problem:
         errors.append(f"--env: {env_problem}")
     kind = ENV_KINDS.index(env_kind(v["env"]))
+    ppo = v.get("agent", "impala") != "impala"
+    for name, values in (PPO_AUTO_DEFAULTS.items() if ppo else ()):
+        if v.get(name) is None:
+            v[name] = values[kind]
+    if v.get("adam_eps") is None:
+        v["adam_eps"] = 1e-5 if ppo else 1e-8
+    if v.get("ppo_value_clip") is None:
+        v["ppo_value_clip"] = 0.1 if v.get("agent") == "truly_ppo" else 0.0
     for name, pair in AUTO_DEFAULTS.items():
         if v.get(name) is None:
             v[name] = pair[kind]
@@ -162,16 +187,22 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     for name in ("environment_max_steps", "batch_size", "r_f_steps", "worker_count",
                  "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
                  "hidden_size", "lr", "save_model_period", "status_interval",
-                 "test_episode_count", "keep_checkpoints", "cache_output_buffer_size"):
+                 "test_episode_count", "keep_checkpoints", "cache_output_buffer_size",
+                 "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps"):
         positive(name)
     for name in ("noop_threshold", "max_actor_restarts", "lr_end_value",
                  "gradient_clip_by_norm_threshold", "value_loss_weight",
                  "entropy_loss_weight", "policy_gradient_loss_weight",
-                 "clear_policy_cloning_weight", "clear_value_cloning_weight", "kl_div_threshold"):
+                 "clear_policy_cloning_weight", "clear_value_cloning_weight", "kl_div_threshold",
+                 "ppo_value_clip", "truly_ppo_alpha"):
         if v[name] < 0:
             errors.append(f"--{name}: must be >= 0, got {v[name]}")
-    if not 0 <= v["gamma"] <= 1:
-        errors.append(f"--gamma: must be in [0, 1], got {v['gamma']}")
+    for name in ("gamma", "gae_lambda"):
+        if not 0 <= v[name] <= 1:
+            errors.append(f"--{name}: must be in [0, 1], got {v[name]}")
+    if ppo and 0 < v["batch_size"] < v["ppo_minibatches"]:
+        errors.append(f"--ppo_minibatches: {v['ppo_minibatches']} minibatches of whole rollouts "
+                      f"need --batch_size >= {v['ppo_minibatches']}, got {v['batch_size']}")
     for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):
         if v[name] <= 0:
             errors.append(f"--{name}: must be > 0, got {v[name]}")
@@ -199,6 +230,8 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
     errors.extend(f"--replay_parameters: {e}" for e in replay_errors)
     if errors:
         return None, errors
+    if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
+        v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) else "vtrace"
     return Config(**{name: v[name] for name in config_fields()},
                   env_kind=ENV_KINDS[kind], replays=tuple(replays),
                   n_envs=v["worker_count"] * v["envs_per_worker"],

@@ -16,8 +16,10 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from agents.agent import Agent, OptimConfig, build_agent
+from agents.agent import Agent, OptimConfig
+from agents.impala import ImpalaAgent
 from agents.networks import build_model, policy_features
+from agents.ppo import PPOAgent, PPOConfig
 from replay.mixer import BatchMixer, build_replays
 from training.config import Config, resolve_device
 from training.learner import Learner
@@ -34,15 +36,28 @@ from wrappers.envs import EnvInfo
 def optim_config(cfg: Config) -> OptimConfig:
     return OptimConfig(optimizer=cfg.optimizer, lr=cfg.lr, lr_end_value=cfg.lr_end_value,
                        lr_decay_power=cfg.lr_decay_power, rmsprop_eps=cfg.rmsprop_eps,
-                       rmsprop_alpha=cfg.rmsprop_alpha,
+                       rmsprop_alpha=cfg.rmsprop_alpha, adam_eps=cfg.adam_eps,
                        max_grad_norm=cfg.gradient_clip_by_norm_threshold)
 
 
+def ppo_config(cfg: Config) -> PPOConfig:
+    return PPOConfig(
+        gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, advantage=cfg.ppo_advantage,
+        clip=cfg.ppo_clip, value_clip=cfg.ppo_value_clip, epochs=cfg.ppo_epochs,
+        minibatches=cfg.ppo_minibatches, value_loss_weight=cfg.value_loss_weight,
+        entropy_loss_weight=cfg.entropy_loss_weight, clip_rewards=cfg.clip_rewards,
+        reward_clipping_method=cfg.reward_clipping_method, rho_const=cfg.rho_const,
+        c_const=cfg.c_const, truly=cfg.agent == "truly_ppo", kl_delta=cfg.truly_ppo_delta,
+        kl_alpha=cfg.truly_ppo_alpha)
+
+
 def make_agent(cfg: Config, info: EnvInfo) -> Agent:
-    """The IMPALA agent of `cfg` for `info`'s observations and actions."""
+    """The `--agent` of `cfg` for `info`'s observations and actions."""
     model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size)
-    return build_agent("impala", model, cfg.loss_config(), optim_config(cfg),
-                       resolve_device(cfg.device))
+    device = resolve_device(cfg.device)
+    if cfg.agent == "impala":
+        return ImpalaAgent(model, cfg.loss_config(), optim_config(cfg), device)
+    return PPOAgent(model, ppo_config(cfg), optim_config(cfg), device, seed=cfg.seed)
 
 
 def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> ActorConfig:

@@ -21,7 +21,8 @@ from training.signals import StopSignal
 from workers.pool import ActorFailure
 
 # Settings a resumed or tested agent must share with its checkpoint.
-FIXED = ("env", "hidden_size", "frames_stacked", "optimizer")
+FIXED = ("env", "hidden_size", "frames_stacked", "optimizer", "agent")
+SAVED_BEFORE = {"agent": "impala"}  # what checkpoints that predate a FIXED flag had
 
 
 def _fail(message: str) -> int:
@@ -34,7 +35,7 @@ def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str
     A test needs no plan: it runs no actors and no replays."""
     if checkpoint is not None:
         for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:3]:
-            saved = checkpoint["config"][name]
+            saved = checkpoint["config"].get(name, SAVED_BEFORE.get(name))
             if saved != getattr(cfg, name):
                 return None, (f"--{name}: the checkpoint was trained with --{name}={saved}, "
                               f"which cannot change; leave it out or pass --{name}={saved}")

@@ -1,0 +1,179 @@
+"""PPO (`--agent=ppo`) and Truly PPO (`--agent=truly_ppo`) on the actors' rollouts.
+
+APPO-style (Sample Factory's asynchronous PPO): the actors keep acting while the
+learner takes `epochs` x `minibatches` steps on each batch `[T+1, B, ...]`.
+
+1. Once per batch, without gradients, the current model gives V(x_t) for rows
+   0..T. Rewards and discounts are IMPALA's (`transition_targets`: clipped if
+   asked, a truncation adds gamma x the actor's V(final obs), a termination cuts
+   the bootstrap).
+2. Advantages and value targets, [T, B]:
+   - "gae": GAE(lambda) (Schulman et al., 2016) from those values,
+       delta_t = r_t + d_t V(x_{t+1}) - V(x_t),  A_t = delta_t + d_t lambda A_{t+1},
+       target R_t = A_t + V(x_t), with d_t = gamma x (not done and not truncated);
+   - "vtrace": V-trace (`agents/vtrace.py`) against the stored behaviour logits,
+       A_t = rho_t (r_t + d_t v_{t+1} - V(x_t)), target v_t; for off-policy data
+       (replays other than the queue).
+3. Each epoch shuffles the B rollouts into `minibatches` groups (whole rollouts,
+   so rows stay in time order) and takes one optimizer step per group on
+       L = -mean(objective) + value_loss_weight x 0.5 mean((V - R)^2)
+           - entropy_loss_weight x mean(entropy),
+   advantages normalised per minibatch (mean 0, std 1). The probability ratio
+   r = pi(a|x) / mu(a|x) is against the behaviour logits the actors stored.
+   - ppo: objective = min(r A, clip(r, 1 - clip, 1 + clip) A) (Schulman et al.,
+     2017).
+   - truly_ppo (Wang, He and Tan, 2019, TR-PPO-RB): objective = r A - alpha KL
+     where KL(mu || pi) >= delta and r A > A, else r A; KL over the whole action
+     distribution against the stored behaviour logits. This is the authors'
+     `kl_klrollback_constant_withratio` (wangyuhuix/TrulyPPO,
+     baselines/ppo2_AdaClip/ppo2.py: slope_likelihood 1, slope_rollback -alpha),
+     with their Atari settings (run.py: klrange 0.0008, slope_rollback -20,
+     cliprange 0.1 for the value clip) as our flags' defaults.
+   With `value_clip` > 0 the value loss is max((V - R)^2, (V_clipped - R)^2), V
+   clipped to within value_clip of the values of step 1 (as PPO2 does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from agents import vtrace
+from agents.agent import Agent, OptimConfig
+from agents.impala import explained_variance, transition_targets
+
+
+@dataclasses.dataclass(frozen=True)
+class PPOConfig:
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    advantage: str = "gae"  # or "vtrace"
+    clip: float = 0.1  # ppo's ratio clip
+    value_clip: float = 0.0  # 0: no value clipping
+    epochs: int = 4
+    minibatches: int = 4
+    value_loss_weight: float = 0.5
+    entropy_loss_weight: float = 0.01
+    clip_rewards: bool = True
+    reward_clipping_method: str = "abs_one_sign"
+    rho_const: float = 1.0  # V-trace advantages only
+    c_const: float = 1.0
+    truly: bool = False  # truly_ppo's rollback objective instead of the clip
+    kl_delta: float = 0.0008  # truly_ppo: the trust region's KL bound
+    kl_alpha: float = 20.0  # truly_ppo: the rollback's slope
+
+
+def gae(rewards: torch.Tensor, discounts: torch.Tensor, values: torch.Tensor,
+        bootstrap: torch.Tensor, lam: float) -> torch.Tensor:
+    """GAE(lambda) advantages float32 [T, B] from rewards, discounts (gamma x
+    continuation), values V(x_t) [T, B] and bootstrap V(x_T) [B]."""
+    next_values = torch.cat([values[1:], bootstrap.unsqueeze(0)])
+    deltas = rewards + discounts * next_values - values
+    adv = torch.zeros_like(values)
+    acc = torch.zeros_like(bootstrap)
+    for t in range(values.shape[0] - 1, -1, -1):
+        acc = deltas[t] + discounts[t] * lam * acc
+        adv[t] = acc
+    return adv
+
+
+def policy_objective(log_ratio: torch.Tensor, adv: torch.Tensor, kl: torch.Tensor,
+                     cfg: PPOConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per step: (the objective to maximise, whether the clip or the rollback is
+    active there, float 0/1). All inputs and outputs share one shape."""
+    ratio = log_ratio.exp()
+    surrogate = ratio * adv
+    if cfg.truly:
+        rollback = (kl >= cfg.kl_delta) & (surrogate > adv)
+        return torch.where(rollback, surrogate - cfg.kl_alpha * kl, surrogate), \
+            rollback.float()
+    clipped = ratio.clamp(1.0 - cfg.clip, 1.0 + cfg.clip) * adv
+    return torch.minimum(surrogate, clipped), (clipped < surrogate).float()
+
+
+class PPOAgent(Agent):
+    """`epochs` x `minibatches` optimizer steps per batch (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, cfg: PPOConfig, optim: OptimConfig,
+                 device: torch.device, seed: int = 0):
+        super().__init__(model, optim, device)
+        self.cfg = cfg
+        self.generator = torch.Generator().manual_seed(seed)
+
+    @torch.no_grad()
+    def targets(self, batch: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(advantages [T, B], value targets [T, B], V(x_t) [T, B]) of a batch, by
+        the current model, without gradients."""
+        cfg = self.cfg
+        obs = batch["obs"]
+        t1, b = obs.shape[:2]
+        logits, values = self.model(obs.reshape(t1 * b, *obs.shape[2:]))
+        logits, values = logits.view(t1, b, -1), values.view(t1, b)
+        rewards, discounts = transition_targets(batch, cfg)
+        if cfg.advantage == "vtrace":
+            vt = vtrace.from_logits(
+                behaviour_policy_logits=batch["logits"][:-1], target_policy_logits=logits[:-1],
+                actions=batch["action"][:-1], discounts=discounts, rewards=rewards,
+                values=values[:-1], bootstrap_value=values[-1],
+                clip_rho_threshold=cfg.rho_const, clip_pg_rho_threshold=cfg.rho_const,
+                clip_c_threshold=cfg.c_const)
+            return vt.pg_advantages, vt.vs, values[:-1]
+        adv = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
+        return adv, adv + values[:-1], values[:-1]
+
+    def minibatch_loss(self, batch: dict[str, torch.Tensor], adv: torch.Tensor,
+                       returns: torch.Tensor, old_values: torch.Tensor
+                       ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of rollouts `batch` ([T+1, b, ...]) with their advantages,
+        targets and step-1 values ([T, b])."""
+        cfg = self.cfg
+        obs = batch["obs"][:-1]
+        t, b = obs.shape[:2]
+        logits, values = self.model(obs.reshape(t * b, *obs.shape[2:]))
+        logits, values = logits.view(t, b, -1), values.view(t, b)
+        log_probs = F.log_softmax(logits, dim=-1)
+        behaviour = F.log_softmax(batch["logits"][:-1], dim=-1)
+        action = batch["action"][:-1].unsqueeze(-1)
+        log_ratio = (log_probs.gather(-1, action) - behaviour.gather(-1, action)).squeeze(-1)
+        kl = (behaviour.exp() * (behaviour - log_probs)).sum(-1)  # KL(mu || pi), [T, b]
+        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        objective, active = policy_objective(log_ratio, adv, kl, cfg)
+        pg_loss = -objective.mean()
+        value_err = (values - returns).pow(2)
+        if cfg.value_clip > 0:
+            clipped = old_values + (values - old_values).clamp(-cfg.value_clip, cfg.value_clip)
+            value_err = torch.maximum(value_err, (clipped - returns).pow(2))
+        value_loss = 0.5 * value_err.mean()
+        entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+        loss = pg_loss + cfg.value_loss_weight * value_loss - cfg.entropy_loss_weight * entropy
+        return loss, {"policy_loss": pg_loss.item(), "value_loss": value_loss.item(),
+                      "entropy": entropy.item(), "kl": kl.mean().item(),
+                      "clip_fraction": active.mean().item(),
+                      "mean_rho": log_ratio.exp().mean().item()}
+
+    def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.cfg
+        adv, returns, old_values = self.targets(batch)
+        b = adv.shape[1]
+        n = min(cfg.minibatches, b)
+        totals: dict[str, float] = {}
+        steps = 0
+        for _ in range(cfg.epochs):
+            order = torch.randperm(b, generator=self.generator).to(adv.device)
+            for cols in order.chunk(n):
+                part = {k: v[:, cols] for k, v in batch.items() if k != "replayed"}
+                loss, stats = self.minibatch_loss(part, adv[:, cols], returns[:, cols],
+                                                  old_values[:, cols])
+                stats["grad_norm"] = self.step(loss)
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + v
+                steps += 1
+        out = {k: v / steps for k, v in totals.items()}
+        out.update(adv_mean=adv.mean().item(), adv_std=adv.std().item(),
+                   vs_mean=returns.mean().item(), value_mean=old_values.mean().item(),
+                   explained_variance=explained_variance(old_values, returns))
+        return out

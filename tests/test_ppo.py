@@ -1,0 +1,176 @@
+"""PPO and Truly PPO against NumPy references written from the papers: the clipped
+surrogate on both sides, the rollback only where KL >= delta and r A > A, the
+per-minibatch advantage normalisation, and GAE with terminations and truncations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from agents.agent import OptimConfig
+from agents.impala import transition_targets
+from agents.ppo import PPOAgent, PPOConfig, gae, policy_objective
+
+
+def test_clipped_surrogate_clips_on_both_sides():
+    cfg = PPOConfig(clip=0.2)
+    ratio = np.array([1.5, 1.5, 0.5, 0.5, 1.1, 0.9])
+    adv = np.array([2.0, -2.0, 2.0, -2.0, 1.0, -1.0])
+    # min(r A, clip(r) A): A > 0 caps the gain at (1 + eps) A, A < 0 at (1 - eps) A
+    expected = np.array([1.2 * 2, 1.5 * -2, 0.5 * 2, 0.8 * -2, 1.1, -0.9])
+    clipped = np.array([1, 0, 0, 1, 0, 0], dtype=float)
+    obj, active = policy_objective(torch.tensor(np.log(ratio)), torch.tensor(adv),
+                                   torch.zeros(6, dtype=torch.float64), cfg)
+    np.testing.assert_allclose(obj.numpy(), expected, rtol=1e-12)
+    np.testing.assert_array_equal(active.numpy(), clipped)
+
+
+def test_truly_ppo_rolls_back_only_outside_the_trust_region_and_improving():
+    cfg = PPOConfig(truly=True, kl_delta=0.01, kl_alpha=20.0)
+    ratio = np.array([1.5, 1.5, 0.5, 0.5, 1.5, 0.5, 1.0])
+    adv = np.array([2.0, -2.0, -2.0, 2.0, 2.0, -2.0, 3.0])
+    kl = np.array([0.02, 0.02, 0.02, 0.02, 0.005, 0.005, 0.02])
+    fires = (kl >= 0.01) & (ratio * adv > adv)  # rows 0 and 2 only
+    assert fires.tolist() == [True, False, True, False, False, False, False]
+    expected = ratio * adv - np.where(fires, 20.0 * kl, 0.0)
+    obj, active = policy_objective(torch.tensor(np.log(ratio)), torch.tensor(adv),
+                                   torch.tensor(kl), cfg)
+    np.testing.assert_allclose(obj.numpy(), expected, rtol=1e-12)
+    np.testing.assert_array_equal(active.numpy(), fires.astype(float))
+
+
+def naive_gae(rewards, dones, truncs, boot_values, values, last_value, gamma, lam):
+    """GAE as a sum over the future, written out: A_t = sum_l (gamma lam)^l delta_{t+l},
+    the sum stopping at the end of the episode (a termination or truncation cuts it;
+    a truncation's reward carries gamma x V(final obs))."""
+    t_len = len(rewards)
+    v_next = np.append(values[1:], last_value)
+    deltas = []
+    for t in range(t_len):
+        ended = dones[t] or truncs[t]
+        r = rewards[t] + (gamma * boot_values[t] if truncs[t] else 0.0)
+        deltas.append(r + (0.0 if ended else gamma * v_next[t]) - values[t])
+    adv = np.zeros(t_len)
+    for t in range(t_len):
+        total, weight = 0.0, 1.0
+        for k in range(t, t_len):
+            total += weight * deltas[k]
+            if dones[k] or truncs[k]:
+                break
+            weight *= gamma * lam
+        adv[t] = total
+    return adv
+
+
+def test_gae_matches_the_naive_sum_with_terminations_and_truncations():
+    rng = np.random.default_rng(0)
+    t_len, b, gamma, lam = 9, 3, 0.97, 0.9
+    batch = {"reward": torch.tensor(rng.normal(size=(t_len + 1, b))),
+             "done": torch.zeros(t_len + 1, b, dtype=torch.bool),
+             "truncated": torch.zeros(t_len + 1, b, dtype=torch.bool),
+             "bootstrap_value": torch.tensor(rng.normal(size=(t_len + 1, b)))}
+    batch["done"][3, 0] = batch["done"][7, 1] = True
+    batch["truncated"][5, 0] = batch["truncated"][2, 2] = True
+    values = torch.tensor(rng.normal(size=(t_len + 1, b)))
+    cfg = PPOConfig(gamma=gamma, clip_rewards=False)
+    rewards, discounts = transition_targets(batch, cfg)
+    got = gae(rewards, discounts, values[:-1], values[-1], lam)
+    for j in range(b):
+        ref = naive_gae(batch["reward"][1:, j].numpy(), batch["done"][1:, j].numpy(),
+                        batch["truncated"][1:, j].numpy(),
+                        batch["bootstrap_value"][1:, j].numpy(), values[:-1, j].numpy(),
+                        values[-1, j].item(), gamma, lam)
+        np.testing.assert_allclose(got[:, j].numpy(), ref, rtol=1e-6)  # float32 discounts
+
+
+class TableModel(nn.Module):
+    """obs holds an index into a table of logits and values (float64)."""
+
+    def __init__(self, logits: np.ndarray, values: np.ndarray):
+        super().__init__()
+        self.logits = nn.Parameter(torch.tensor(logits))
+        self.values = nn.Parameter(torch.tensor(values))
+
+    def forward(self, obs):
+        i = obs.reshape(-1).long()
+        return self.logits[i], self.values[i]
+
+
+def log_softmax(x):
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("truly", [False, True])
+def test_minibatch_loss_matches_numpy_with_normalised_advantages(truly):
+    rng = np.random.default_rng(1)
+    t_len, b, a = 5, 2, 3
+    n = (t_len + 1) * b
+    table_logits, table_values = rng.normal(size=(n, a)), rng.normal(size=n)
+    model = TableModel(table_logits, table_values)
+    cfg = PPOConfig(clip=0.2, value_clip=0.3, value_loss_weight=0.5,
+                    entropy_loss_weight=0.01, truly=truly, kl_delta=0.05, kl_alpha=5.0)
+    agent = PPOAgent(model, cfg, OptimConfig(optimizer="adam"), torch.device("cpu"))
+    obs = torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1)
+    behaviour = rng.normal(size=(t_len + 1, b, a))
+    actions = rng.integers(0, a, size=(t_len + 1, b))
+    batch = {"obs": obs, "logits": torch.tensor(behaviour), "action": torch.tensor(actions)}
+    adv = rng.normal(2.0, 3.0, size=(t_len, b))  # far from mean 0, std 1
+    returns, old_values = rng.normal(size=(t_len, b)), rng.normal(size=(t_len, b))
+    loss, stats = agent.minibatch_loss(batch, torch.tensor(adv), torch.tensor(returns),
+                                       torch.tensor(old_values))
+
+    idx = np.arange(n).reshape(t_len + 1, b)[:-1]
+    lp, mu = log_softmax(table_logits[idx]), log_softmax(behaviour[:-1])
+    act = actions[:-1][..., None]
+    ratio = np.exp(np.take_along_axis(lp, act, -1) - np.take_along_axis(mu, act, -1))[..., 0]
+    kl = (np.exp(mu) * (mu - lp)).sum(-1)
+    norm = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    if truly:
+        fires = (kl >= 0.05) & (ratio * norm > norm)
+        objective = ratio * norm - np.where(fires, 5.0 * kl, 0.0)
+    else:
+        objective = np.minimum(ratio * norm, np.clip(ratio, 0.8, 1.2) * norm)
+    v = table_values[idx]
+    v_clipped = old_values + np.clip(v - old_values, -0.3, 0.3)
+    value_loss = 0.5 * np.maximum((v - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    entropy = -(np.exp(lp) * lp).sum(-1).mean()
+    expected = -objective.mean() + 0.5 * value_loss - 0.01 * entropy
+    assert loss.item() == pytest.approx(expected, rel=1e-10)
+    assert stats["value_loss"] == pytest.approx(value_loss, rel=1e-10)
+    assert stats["kl"] == pytest.approx(kl.mean(), rel=1e-10)
+
+
+def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():
+    rng = np.random.default_rng(2)
+    t_len, b, a = 4, 6, 2
+    n = (t_len + 1) * b
+    model = TableModel(rng.normal(size=(n, a)), rng.normal(size=n))
+    agent = PPOAgent(model, PPOConfig(epochs=3, minibatches=2, clip_rewards=False),
+                     OptimConfig(optimizer="adam", lr=1e-3), torch.device("cpu"))
+    seen = []
+    original = agent.minibatch_loss
+
+    def spy(part, *args):
+        seen.append(part["obs"][0, :, 0].long().tolist())  # row 0 indices name the columns
+        return original(part, *args)
+
+    agent.minibatch_loss = spy
+    obs = torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1)
+    batch = {"obs": obs, "logits": torch.tensor(rng.normal(size=(t_len + 1, b, a))),
+             "action": torch.tensor(rng.integers(0, a, size=(t_len + 1, b))),
+             "reward": torch.ones(t_len + 1, b, dtype=torch.float64),
+             "done": torch.zeros(t_len + 1, b, dtype=torch.bool),
+             "truncated": torch.zeros(t_len + 1, b, dtype=torch.bool),
+             "bootstrap_value": torch.zeros(t_len + 1, b, dtype=torch.float64)}
+    before = model.logits.detach().clone()
+    stats = agent.update(batch, progress=0.0)
+    assert len(seen) == 3 * 2
+    for epoch in range(3):  # each epoch covers every rollout once, 3 per minibatch
+        cols = seen[2 * epoch] + seen[2 * epoch + 1]
+        assert sorted(cols) == list(range(b)) and len(seen[2 * epoch]) == 3
+    assert not torch.equal(model.logits, before)
+    assert {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm",
+            "lr", "step_over_lr", "explained_variance"} <= set(stats)
