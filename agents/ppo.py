@@ -28,7 +28,7 @@ learner takes `epochs` x `minibatches` steps on each batch `[T+1, B, ...]`.
      `kl_klrollback_constant_withratio` (wangyuhuix/TrulyPPO,
      baselines/ppo2_AdaClip/ppo2.py: slope_likelihood 1, slope_rollback -alpha),
      with their Atari settings (run.py: klrange 0.0008, slope_rollback -20,
-     cliprange 0.1 for the value clip) as our flags' defaults.
+     cliprange 0.1 for the value clip, on pixels) as our flags' defaults.
    With `value_clip` > 0 the value loss is max((V - R)^2, (V_clipped - R)^2), V
    clipped to within value_clip of the values of step 1 (as PPO2 does).
 """

@@ -51,9 +51,12 @@ def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
         assert (cfg.optimizer, cfg.lr, cfg.adam_eps, cfg.batch_size, cfg.ppo_clip,
                 cfg.ppo_value_clip, cfg.ppo_advantage) == ("adam", 2.5e-4, 1e-5, 32, clip,
                                                            0.0, "gae")
-    truly, _ = parse("--env=CartPole-v1", "--agent=truly_ppo")
+    truly, _ = parse("--env=PongNoFrameskip-v4", "--agent=truly_ppo")
     assert (truly.ppo_value_clip, truly.truly_ppo_delta, truly.truly_ppo_alpha) == \
-        (0.1, 0.0008, 20.0)
+        (0.1, 0.0008, 20.0)  # the paper's Atari settings
+    # CartPole's returns are not clipped: a value clip of 0.1 slowed it (3 of 5 seeds
+    # reached a mean-100 of 475 in 500k env steps; without it 5 of 5)
+    assert parse("--env=CartPole-v1", "--agent=truly_ppo")[0].ppo_value_clip == 0.0
     impala, _ = parse("--env=CartPole-v1")
     assert (impala.adam_eps, impala.batch_size, impala.lr) == (1e-8, 16, 2e-3)
     # replayed data is off-policy: V-trace advantages unless asked otherwise

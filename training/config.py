@@ -163,8 +163,8 @@ def make_config(values: dict) -> tuple[Config | None, list[str]]:
             v[name] = values[kind]
     if v.get("adam_eps") is None:
         v["adam_eps"] = 1e-5 if ppo else 1e-8
-    if v.get("ppo_value_clip") is None:
-        v["ppo_value_clip"] = 0.1 if v.get("agent") == "truly_ppo" else 0.0
+    if v.get("ppo_value_clip") is None:  # the paper's 0.1 is for Atari's clipped rewards
+        v["ppo_value_clip"] = 0.1 if v.get("agent") == "truly_ppo" and kind < 2 else 0.0
     for name, pair in AUTO_DEFAULTS.items():
         if v.get(name) is None:
             v[name] = pair[kind]
