@@ -72,26 +72,27 @@ def test_first_solved_needs_a_full_window(tmp_path):
     assert first_solved(str(path), target=501) is None
 
 
-PPO_CARTPOLE_STEPS = 500_000
+def solved_run(results: str, name: str, steps: int, *flags: str, window: int = 20,
+               target: float = 475.0):
+    """Train through main.py with `flags` for `steps` env steps; (env steps, seconds) of
+    the first mean(window) >= target, or None."""
+    proc = run_main(f"--environment_max_steps={steps}", *flags, f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window, target)
+    print(f"{name}: mean({window}) >= {target} at (env steps, seconds) = {solved}")
+    return solved
 
 
 def test_cartpole_defaults_reach_475(results):
-    proc = run_main("--env=CartPole-v1", "--environment_max_steps=500000",
-                    f"--results_dir={results}")
-    assert proc.returncode == 0, proc.stderr
-    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
-    print(f"CartPole-v1 mean(20) >= 475 at (env steps, seconds) = {solved}")
+    solved = solved_run(results, "CartPole-v1", 500_000, "--env=CartPole-v1")
     assert solved is not None and solved[0] <= 500_000
 
 
 @pytest.mark.parametrize("agent", ["ppo", "truly_ppo"])
 def test_cartpole_ppo_agents_reach_475(results, agent):
-    proc = run_main("--env=CartPole-v1", f"--agent={agent}",
-                    f"--environment_max_steps={PPO_CARTPOLE_STEPS}", f"--results_dir={results}")
-    assert proc.returncode == 0, proc.stderr
-    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
-    print(f"CartPole-v1 --agent={agent}: mean(20) >= 475 at (env steps, seconds) = {solved}")
-    assert solved is not None and solved[0] <= PPO_CARTPOLE_STEPS
+    solved = solved_run(results, f"CartPole-v1 --agent={agent}", 500_000, "--env=CartPole-v1",
+                        f"--agent={agent}")
+    assert solved is not None and solved[0] <= 500_000
 
 
 REPLAY_MIXES = {
@@ -112,11 +113,8 @@ REPLAY_BUDGETS = {"queue+standard": 800_000, "queue+elite": 800_000}
 
 @pytest.mark.parametrize("mix", sorted(REPLAY_MIXES))
 def test_cartpole_with_replay_reaches_475(results, mix):
-    proc = run_main("--env=CartPole-v1", f"--environment_max_steps={REPLAY_BUDGETS[mix]}",
-                    f"--replay_parameters={REPLAY_MIXES[mix]}", f"--results_dir={results}")
-    assert proc.returncode == 0, proc.stderr
-    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"))
-    print(f"CartPole-v1 {mix}: mean(20) >= 475 at (env steps, seconds) = {solved}")
+    solved = solved_run(results, f"CartPole-v1 {mix}", REPLAY_BUDGETS[mix], "--env=CartPole-v1",
+                        f"--replay_parameters={REPLAY_MIXES[mix]}")
     assert solved is not None
 
 
@@ -124,23 +122,9 @@ MINATAR_STEPS = 200_000
 MINATAR_TARGET = 2.0  # mean of 100 episodes; random play: 0.37
 
 
-def test_minatar_breakout_defaults_learn_from_pixels(results):
-    proc = run_main("--env=MinAtar/Breakout-v1", f"--environment_max_steps={MINATAR_STEPS}",
-                    f"--results_dir={results}")
-    assert proc.returncode == 0, proc.stderr
-    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window=100,
-                          target=MINATAR_TARGET)
-    print(f"MinAtar Breakout-v1 mean(100) >= {MINATAR_TARGET} at (env steps, seconds) = "
-          f"{solved}")
-    assert solved is not None and solved[0] <= MINATAR_STEPS
-
-
-def test_minatar_breakout_ppo_learns_from_pixels(results):
-    proc = run_main("--env=MinAtar/Breakout-v1", "--agent=ppo",
-                    f"--environment_max_steps={MINATAR_STEPS}", f"--results_dir={results}")
-    assert proc.returncode == 0, proc.stderr
-    solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window=100,
-                          target=MINATAR_TARGET)
-    print(f"MinAtar Breakout-v1 --agent=ppo mean(100) >= {MINATAR_TARGET} at (env steps, "
-          f"seconds) = {solved}")
+@pytest.mark.parametrize("agent", ["impala", "ppo"])
+def test_minatar_breakout_learns_from_pixels(results, agent):
+    solved = solved_run(results, f"MinAtar Breakout-v1 --agent={agent}", MINATAR_STEPS,
+                        "--env=MinAtar/Breakout-v1", f"--agent={agent}", window=100,
+                        target=MINATAR_TARGET)
     assert solved is not None and solved[0] <= MINATAR_STEPS
