@@ -58,6 +58,16 @@ def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
     raise ValueError(f"unknown reward_clipping_method {method!r}")
 
 
+def categorical_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
+    """KL(p || q) over the last dim, from log-probabilities [..., A] -> [...]."""
+    return (log_p.exp() * (log_p - log_q)).sum(-1)
+
+
+def categorical_entropy(log_p: torch.Tensor) -> torch.Tensor:
+    """Entropy over the last dim, from log-probabilities [..., A] -> [...]."""
+    return -(log_p.exp() * log_p).sum(-1)
+
+
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     """1 - Var(target - predicted) / Var(target) over all elements (NaN if the
     target is constant)."""
@@ -124,7 +134,7 @@ def impala_loss(
     target_log_probs = F.log_softmax(logits[:-1], dim=-1)
     behaviour_log_probs = F.log_softmax(behaviour_logits, dim=-1)
     # KL(behaviour || current) per step [T, B]
-    kl = (behaviour_log_probs.exp() * (behaviour_log_probs - target_log_probs)).sum(-1)
+    kl = categorical_kl(behaviour_log_probs, target_log_probs)
     mask = None
     if cfg.kl_div_threshold > 0:
         mask = (kl.detach() <= cfg.kl_div_threshold).float()
@@ -148,7 +158,7 @@ def impala_loss(
         advantages = normalize(advantages, weight)
     pg_loss = -(vt.target_action_log_probs * advantages * weight).sum() / denom
     value_loss = 0.5 * ((vt.vs - values[:-1]).pow(2) * weight).sum() / denom
-    entropy = -(target_log_probs.exp() * target_log_probs).sum(-1).mean()
+    entropy = categorical_entropy(target_log_probs).mean()
     loss = (
         cfg.policy_gradient_loss_weight * pg_loss
         + cfg.value_loss_weight * value_loss

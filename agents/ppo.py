@@ -43,7 +43,12 @@ from torch import nn
 
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
-from agents.impala import explained_variance, transition_targets
+from agents.impala import (
+    categorical_entropy,
+    categorical_kl,
+    explained_variance,
+    transition_targets,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +144,7 @@ class PPOAgent(Agent):
         behaviour = F.log_softmax(batch["logits"][:-1], dim=-1)
         action = batch["action"][:-1].unsqueeze(-1)
         log_ratio = (log_probs.gather(-1, action) - behaviour.gather(-1, action)).squeeze(-1)
-        kl = (behaviour.exp() * (behaviour - log_probs)).sum(-1)  # KL(mu || pi), [T, b]
+        kl = categorical_kl(behaviour, log_probs)  # KL(mu || pi), [T, b]
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         objective, active = policy_objective(log_ratio, adv, kl, cfg)
         pg_loss = -objective.mean()
@@ -148,7 +153,7 @@ class PPOAgent(Agent):
             clipped = old_values + (values - old_values).clamp(-cfg.value_clip, cfg.value_clip)
             value_err = torch.maximum(value_err, (clipped - returns).pow(2))
         value_loss = 0.5 * value_err.mean()
-        entropy = -(log_probs.exp() * log_probs).sum(-1).mean()
+        entropy = categorical_entropy(log_probs).mean()
         loss = pg_loss + cfg.value_loss_weight * value_loss - cfg.entropy_loss_weight * entropy
         return loss, {"policy_loss": pg_loss.item(), "value_loss": value_loss.item(),
                       "entropy": entropy.item(), "kl": kl.mean().item(),

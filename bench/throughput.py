@@ -63,7 +63,7 @@ def _raw_env_worker(env_id, options, n_envs, seconds, seed, out):
     env.close()
 
 
-def env_ceiling_fps(cfg: Config, seconds: float) -> float:
+def env_ceiling_fps(cfg: Config, info, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [
@@ -78,7 +78,6 @@ def env_ceiling_fps(cfg: Config, seconds: float) -> float:
     results = [out.get(timeout=seconds + 120) for _ in procs]
     for p in procs:
         p.join()
-    info = env_info(cfg.env, cfg.env_options())
     return sum(s / t for s, t in results) * info.frames_per_step
 
 
@@ -168,12 +167,12 @@ class DiscardingMixer:
         pass
 
 
-def learner_fps(cfg: Config, steps: int, train: bool) -> float:
+def learner_fps(cfg: Config, info, steps: int, train: bool) -> float:
     """Frames/s of a run from its first rollout: training (`train`), or random actors
     with the batches discarded."""
     with tempfile.TemporaryDirectory() as tmp:
         run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False)
-        learner = build_learner(cfg, make_plan(cfg), run,
+        learner = build_learner(cfg, make_plan(cfg, info), run,
                                 policy=ModelPolicy if train else RandomPolicy)
         if not train:
             learner.mixer = DiscardingMixer(learner.mixer)
@@ -213,13 +212,13 @@ def main() -> None:
     info = env_info(cfg.env, cfg.env_options())
     runs = []
     for _ in range(args.repeats):
-        run = {"env_ceiling_fps": env_ceiling_fps(cfg, args.seconds),
+        run = {"env_ceiling_fps": env_ceiling_fps(cfg, info, args.seconds),
                "inference_fps": inference_fps(cfg, info, args.seconds),
                "learner_fps": learner_alone_fps(cfg, info, args.learner_updates),
-               "pipeline_fps": learner_fps(cfg, args.steps, train=False),
-               "train_fps": learner_fps(cfg, args.steps, train=True),
+               "pipeline_fps": learner_fps(cfg, info, args.steps, train=False),
+               "train_fps": learner_fps(cfg, info, args.steps, train=True),
                "learner_fps_ppo": learner_alone_fps(cfg_ppo, info, args.learner_updates),
-               "train_fps_ppo": learner_fps(cfg_ppo, args.steps, train=True)}
+               "train_fps_ppo": learner_fps(cfg_ppo, info, args.steps, train=True)}
         run["compute_bound_fps"] = 1.0 / sum(1.0 / run[k] for k in
                                              ("env_ceiling_fps", "inference_fps", "learner_fps"))
         runs.append(run)
