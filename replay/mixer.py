@@ -3,6 +3,9 @@ background.
 
 Shares are `batch_size * ratio` rounded by largest remainder, so every batch has
 exactly `batch_size` rollouts and no ratio times batch size has to be an integer.
+While a replay that copies its rollouts is filling in (`--training_fill_in_factor`
+of its capacity), its share is taken from the queue: the queue holds shared slots,
+and waiting for a fill-in larger than the slot pool would stop the actors for good.
 A batch carries, besides its fields `[T+1, B, ...]`, `replayed`: bool [B], true for
 the columns that came from a replay other than the queue (CLEAR clones on these).
 A field that not every part has (`features`, kept only by the replays that read
@@ -71,8 +74,23 @@ class BatchMixer:
         if not kept:
             self.pool.release([index])
 
+    def current_shares(self) -> list[int]:
+        """The shares of the next batch: `shares`, with those of replays that are not
+        ready moved to the queue (the first replay whose samples are not `replayed`),
+        if there is one."""
+        queue = next((i for i, r in enumerate(self.replays) if not r.replayed), None)
+        if queue is None:
+            return self.shares
+        shares = list(self.shares)
+        for i, r in enumerate(self.replays):
+            if i != queue and shares[i] > 0 and not r.ready(shares[i]):
+                shares[queue] += shares[i]
+                shares[i] = 0
+        return shares
+
     def ready(self) -> bool:
-        return all(r.ready(n) for r, n in zip(self.replays, self.shares, strict=True))
+        return all(r.ready(n) for r, n in zip(self.replays, self.current_shares(), strict=True)
+                   if n > 0)
 
     def set_updates(self, updates: int) -> None:
         """Learner updates so far: the clock of lambda annealing."""
@@ -81,7 +99,7 @@ class BatchMixer:
 
     def sample(self) -> dict[str, torch.Tensor]:
         parts, replayed = [], []
-        for r, n in zip(self.replays, self.shares, strict=True):
+        for r, n in zip(self.replays, self.current_shares(), strict=True):
             if n > 0:
                 parts.append(r.sample(n))
                 replayed.append(torch.full((n,), r.replayed))

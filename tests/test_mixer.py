@@ -80,3 +80,31 @@ def test_queue_replay_is_fifo_and_frees_each_slot_once():
     assert sorted(pool.free) == sorted(taken[:2])
     mixer.release_all()
     assert sorted(pool.free) == sorted(taken[:3])
+
+
+def test_a_replay_filling_in_takes_its_share_from_the_queue_and_slots_never_run_out():
+    """Queue 0.5 + standard 0.5 whose fill-in (100 rollouts) is more than the slot pool
+    (8): the mixer must not wait for the fill-in while the queue holds every slot (the
+    actors would stop for good); it trains on queue-only batches until then."""
+    from replay.config import ReplaySpec
+    from replay.storage_replay import StorageReplay
+
+    spec = rollout_spec(2, (3,), "float32", 2)
+    pool = SlotPool(spec, num_slots=8)
+    entry = ReplaySpec(type="standard", capacity=2000, sample_ratio=0.5)
+    storage = StorageReplay(entry, pool, spec, 2, None, max_chain_heads=4,
+                            fill_in_factor=0.05, schedule_updates=10.0)
+    mixer = BatchMixer(pool, [QueueReplay(pool), storage], [0.5, 0.5], batch_size=4)
+    produced = 0
+    for _ in range(200):  # an actor: take a free slot, write it, hand it over
+        if mixer.ready():
+            batch = mixer.sample()
+            assert batch["reward"].shape == (3, 4)
+            expected = [False] * 4 if len(storage) < 100 else [False, False, True, True]
+            assert batch["replayed"].tolist() == expected
+        (i,) = pool.take(1)
+        pool.buffers["reward"][:, i] = float(produced)
+        mixer.add(i)
+        produced += 1
+    assert produced == 200 and len(storage) == 200
+    assert mixer.current_shares() == [2, 2]
