@@ -158,7 +158,7 @@ def impala_loss(
         advantages = normalize(advantages, weight)
     pg_loss = -(vt.target_action_log_probs * advantages * weight).sum() / denom
     value_loss = 0.5 * ((vt.vs - values[:-1]).pow(2) * weight).sum() / denom
-    entropy = categorical_entropy(target_log_probs).mean()
+    entropy = (categorical_entropy(target_log_probs) * weight).sum() / denom
     loss = (
         cfg.policy_gradient_loss_weight * pg_loss
         + cfg.value_loss_weight * value_loss

@@ -110,17 +110,26 @@ def test_reward_clipping_methods():
 def test_kl_mask_drops_off_policy_steps():
     t, b = 5, 4
     model = MLP((3,), 2, hidden_size=8)
+    torch.manual_seed(1)
+    with torch.no_grad():  # far from uniform, so the entropy differs from step to step
+        for p in model.parameters():
+            p.normal_()
     batch, _, _ = _batch(model, t, b, gamma_cut=(2, 0))
-    batch["logits"][:, :2] += torch.tensor([8.0, -8.0])  # columns 0, 1 far off-policy
+    # columns 0, 1 far off-policy: the behaviour policy all but always took the action
+    # the current one likes least (KL >= log 2 > 0.5)
+    least = batch["logits"][:, :2].argmin(-1, keepdim=True)
+    batch["logits"][:, :2] += 16.0 * torch.zeros_like(batch["logits"][:, :2]).scatter(
+        -1, least, 1.0)
     base = LossConfig(clip_rewards=False)
     masked = LossConfig(clip_rewards=False, kl_div_threshold=0.5)
-    _, stats = impala_loss(model, batch, masked)
+    loss, stats = impala_loss(model, batch, masked)
     assert stats["masked_fraction"] == 0.5
-    # the masked loss is the loss of the on-policy columns alone
+    # the masked loss is the loss of the on-policy columns alone, entropy term included
     on_policy = {k: v[:, 2:] for k, v in batch.items()}
-    _, stats_on = impala_loss(model, on_policy, base)
-    assert abs(stats["policy_loss"] - stats_on["policy_loss"]) < 1e-5
-    assert abs(stats["value_loss"] - stats_on["value_loss"]) < 1e-5
+    loss_on, stats_on = impala_loss(model, on_policy, base)
+    for key in ("policy_loss", "value_loss", "entropy"):
+        assert abs(stats[key] - stats_on[key]) < 1e-5, key
+    assert abs(loss.item() - loss_on.item()) < 1e-5
     everything = LossConfig(clip_rewards=False, kl_div_threshold=1e-9)
     _, stats_all = impala_loss(model, {**batch, "logits": batch["logits"] + 1.0}, everything)
     assert stats_all["masked_fraction"] < 1.0  # a constant shift of logits is no divergence
