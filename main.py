@@ -20,27 +20,23 @@ from absl import flags
 import option_flags
 
 
-def _fail(message: str) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return 2
-
-
-def run(values: dict, explicit: set[str] = frozenset()) -> int:
-    """Run one op mode with the given flag values; returns the exit status."""
+def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()) -> int:
+    """Run one op mode with the given flag values; returns the exit status. `problems`:
+    what the command line parser already found; they are reported with the rest."""
     from training.checkpoint import CheckpointError, load_checkpoint
     from training.config import make_config, merge_saved
 
+    errors = list(problems)
     checkpoint = None
-    if values["op_mode"] in ("train_w_load", "test"):
-        if not values.get("load_model_url"):
-            return _fail(f"--load_model_url: required with --op_mode={values['op_mode']}; "
-                         "give a run directory or a checkpoint.pt")
+    if values["op_mode"] in ("train_w_load", "test") and values.get("load_model_url"):
         try:
             checkpoint = load_checkpoint(values["load_model_url"])
         except CheckpointError as e:
-            return _fail(f"--load_model_url: {e}")
-        values = merge_saved(values, explicit, checkpoint["config"])
-    cfg, errors = make_config(values)
+            errors.append(f"--load_model_url: {e}")
+        else:
+            values = merge_saved(values, explicit, checkpoint["config"])
+    cfg, config_errors = make_config(values, given=explicit)
+    errors.extend(config_errors)
     if errors:
         print("error: bad flags, nothing was started:", file=sys.stderr)
         for e in errors:
@@ -51,20 +47,15 @@ def run(values: dict, explicit: set[str] = frozenset()) -> int:
     return session.run(cfg, checkpoint)
 
 
-def main(argv) -> int:
-    if len(argv) > 1:
-        return _fail(f"unexpected arguments {argv[1:]}; flags look like --name=value")
+def cli(argv: list[str]) -> int:
+    """main.py's command line `argv` (sys.argv) to an exit status."""
+    if any(a in ("-h", "--help", "--helpfull") for a in argv[1:]):
+        print(flags.FLAGS.get_help())
+        return 0
+    problems = option_flags.parse_command_line(argv)
     values, explicit = option_flags.flag_values()
-    return run(values, explicit)
+    return run(values, explicit, problems)
 
 
 if __name__ == "__main__":
-    if any(a in ("-h", "--help", "--helpfull") for a in sys.argv[1:]):
-        print(flags.FLAGS.get_help())
-        sys.exit(0)
-    try:
-        remaining = flags.FLAGS(sys.argv)
-    except flags.Error as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(main(remaining))
+    sys.exit(cli(sys.argv))

@@ -215,3 +215,42 @@ def check_command_line(args: list[str]) -> tuple[list[str], set[str]]:
     if len(rest) > 1:
         problems.append(f"unexpected arguments {rest[1:]}; flags look like --name=value")
     return problems, {name for name in parsed if parsed[name].present}
+
+
+def _argument_groups(args: list[str]) -> list[list[str]]:
+    """`args` as absl reads them: `--name value` (a flag that is not boolean, without
+    `=`) is one group of two, every other argument a group of its own."""
+    groups, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        name = arg.lstrip("-")
+        if (arg.startswith("-") and "=" not in arg and name in FLAGS
+                and not FLAGS[name].boolean and i + 1 < len(args)):
+            groups.append(args[i:i + 2])
+            i += 2
+        else:
+            groups.append([arg])
+            i += 1
+    return groups
+
+
+def parse_command_line(argv: list[str]) -> list[str]:
+    """Parse `argv` (sys.argv) into FLAGS, every argument on its own, so that one bad
+    argument hides no other: the good ones are parsed, and every problem is returned,
+    one message each (an unknown flag, a value its parser refuses, stray arguments)."""
+    problems, stray = [], []
+    for group in _argument_groups(argv[1:]):
+        if group == ["--"]:
+            continue
+        if not group[0].startswith("-") or group[0] == "-":
+            stray.append(group[0])
+            continue
+        try:
+            FLAGS([argv[0], *group])
+        except flags.Error as e:
+            problems.append(str(e))
+    FLAGS.mark_as_parsed()
+    if stray:
+        problems.append(f"unexpected arguments {stray}; flags look like --name=value (quote a "
+                        "value that has spaces: --replay_parameters='[...]')")
+    return problems

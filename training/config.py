@@ -149,9 +149,29 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def make_config(values: dict) -> tuple[Config | None, list[str]]:
-    """A `Config` from flag values (name -> value, None for auto), and every error."""
-    errors: list[str] = []
+# flags that only one family of --agent reads: giving one to another agent is an error
+PPO_ONLY = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
+            "ppo_advantage")
+TRULY_PPO_ONLY = ("truly_ppo_delta", "truly_ppo_alpha")
+IMPALA_ONLY = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
+               "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
+
+
+def _agent_problems(agent: str, given: set[str]) -> list[str]:
+    """Flags given on the command line that `agent` would silently ignore."""
+    readers = {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo")),
+               **dict.fromkeys(TRULY_PPO_ONLY, ("truly_ppo",)),
+               **dict.fromkeys(IMPALA_ONLY, ("impala",))}
+    return [f"--{name}: only --agent={' or '.join(agents)} reads it, and this run has "
+            f"--agent={agent}; leave it out or change --agent"
+            for name, agents in readers.items() if name in given and agent not in agents]
+
+
+def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
+    """A `Config` from flag values (name -> value, None for auto), and every error.
+    `given`: the flags named on the command line; those the `--agent` does not read
+    are errors."""
+    errors: list[str] = _agent_problems(values.get("agent", "impala"), set(given))
     v = dict(values)
     env_problem = check_env_id(v["env"])
     if env_problem:
