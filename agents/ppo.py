@@ -108,6 +108,14 @@ class PPOAgent(Agent):
         self.cfg = cfg
         self.generator = torch.Generator().manual_seed(seed)
 
+    def state_dict(self) -> dict:
+        return {**super().state_dict(), "ppo_generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        if "ppo_generator" in state:  # checkpoints from before it was saved lack it
+            self.generator.set_state(state["ppo_generator"])
+
     @torch.no_grad()
     def targets(self, batch: dict[str, torch.Tensor]
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

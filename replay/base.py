@@ -37,8 +37,9 @@ class Replay(Protocol):
     def set_updates(self, updates: int) -> None:
         """Learner updates so far: the clock of lambda annealing."""
 
-    def release_all(self) -> None:
-        """Give every held slot back (shutdown)."""
+    def release_all(self) -> int:
+        """Give every held slot back (shutdown); returns how many rollouts it held that
+        were never sampled (the queue's; a storage replay holds no slot: 0)."""
 
     def stats(self) -> dict[str, float]:
         """Figures for TensorBoard, under `pipeline/replay{i}_{name}`."""
@@ -51,4 +52,9 @@ class Replay(Protocol):
 
     def state_dict(self, include_data: bool = False) -> dict: ...
 
-    def load_state_dict(self, state: dict) -> None: ...
+    def state_problem(self, state: dict) -> str | None:
+        """Why `state` cannot be loaded into this replay (built another way), or None."""
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore a `state_dict`; raises ValueError, changing nothing, where
+        `state_problem` would say why not."""

@@ -181,3 +181,40 @@ def parse_replay_parameters(text: str, batch_size: int
     if errors:
         return [], errors
     return [ReplaySpec(**{**e, "sample_ratio": float(e["sample_ratio"])}) for e in entries], []
+
+
+def match_saved_states(saved: list[ReplaySpec], states: list[dict], entries: list[ReplaySpec],
+                       same_unroll: bool) -> list[tuple[dict | None, str]]:
+    """Which saved replay state each of `entries` (this run's) continues from.
+
+    `saved` and `states`: the checkpoint's entries and their `state_dict`s, in order;
+    `same_unroll`: whether `--r_f_steps` is unchanged (stored rollouts have T+1 rows).
+    A saved state is usable by an entry of the same kind (queue, or a storage:
+    standard/custom) and capacity, whose stored rollouts (with `--checkpoint_replay`)
+    have this run's length. Among the usable ones an entry takes, in this order, an
+    unused one equal to it but for `sample_ratio`, the one at its own index, the first;
+    so swapped, dropped and added entries find theirs. Returns per entry (the state or
+    None, a note for the log: where it came from, or why it starts empty)."""
+    free = set(range(min(len(saved), len(states))))
+
+    def usable(j: int, e: ReplaySpec) -> bool:
+        s = saved[j]
+        return ((s.type == "queue") == (e.type == "queue") and s.capacity == e.capacity
+                and (same_unroll or "storage" not in states[j]))
+
+    out = []
+    for i, e in enumerate(entries):
+        options = [j for j in sorted(free) if usable(j, e)]
+        equal = [j for j in options
+                 if dataclasses.replace(saved[j], sample_ratio=e.sample_ratio) == e]
+        pick = (equal or [j for j in options if j == i] or options or [None])[0]
+        if pick is None:
+            out.append((None, f"no saved replay of type {e.type} with capacity {e.capacity}"
+                        + ("" if same_unroll else " and this --r_f_steps")
+                        + ": it starts empty"))
+            continue
+        free.discard(pick)
+        stored = "with its rollouts" if "storage" in states[pick] else \
+            "sampling state only (no --checkpoint_replay): it refills"
+        out.append((states[pick], f"continues saved entry {pick}, {stored}"))
+    return out

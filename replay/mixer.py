@@ -109,16 +109,23 @@ class BatchMixer:
         batch["replayed"] = torch.cat(replayed)
         return batch
 
-    def release_all(self) -> None:
-        for r in self.replays:
-            r.release_all()
+    def release_all(self) -> int:
+        """Give every held slot back; returns how many rollouts went unread."""
+        return sum(r.release_all() for r in self.replays)
 
     def state_dict(self, include_data: bool = False) -> list[dict]:
         return [r.state_dict(include_data) for r in self.replays]
 
-    def load_state_dict(self, states: list[dict]) -> None:
-        for r, s in zip(self.replays, states, strict=True):
-            r.load_state_dict(s)
+    def restore(self, states: list[dict | None]) -> list[str | None]:
+        """Load each replay's state (None: it starts empty). Returns, per replay, None or
+        why its state could not be loaded (it then starts empty)."""
+        problems = []
+        for r, state in zip(self.replays, states, strict=True):
+            problem = None if state is None else r.state_problem(state)
+            if state is not None and problem is None:
+                r.load_state_dict(state)
+            problems.append(problem)
+        return problems
 
 
 class Prefetcher:

@@ -44,10 +44,12 @@ class QueueReplay:
         self.pool.release(taken)
         return batch
 
-    def release_all(self) -> None:
-        """Give every held slot back (shutdown)."""
+    def release_all(self) -> int:
+        """Give every held slot back (shutdown); returns how many were never sampled."""
+        unread = len(self._indices)
         self.pool.release(self._indices)
         self._indices.clear()
+        return unread
 
     def set_updates(self, updates: int) -> None:
         pass  # no schedule
@@ -63,6 +65,9 @@ class QueueReplay:
 
     def state_dict(self, include_data: bool = False) -> dict:
         return {}  # holds only slots of fresh rollouts: refilled in seconds after a resume
+
+    def state_problem(self, state: dict) -> str | None:
+        return None
 
     def load_state_dict(self, state: dict) -> None:
         del state

@@ -464,13 +464,20 @@ class RolloutStorage:
                 )
             return state
 
+    def state_problem(self, state: dict) -> str | None:
+        """Why `state` cannot be loaded (it was built another way), or None."""
+        saved, mine = state["meta"], self._meta()
+        if saved == mine:
+            return None
+        diff = ", ".join(f"{k} {saved.get(k)} -> {mine[k]}" for k in mine
+                         if saved.get(k) != mine[k])
+        return f"its stored rollouts were laid out another way ({diff})"
+
     def load_state_dict(self, state: dict) -> None:
         """Restore what `state_dict` returned; the storage must be built the same way."""
-        if state["meta"] != self._meta():
-            raise ValueError(
-                f"storage state does not match this storage: saved {state['meta']}, "
-                f"this one {self._meta()}"
-            )
+        problem = self.state_problem(state)
+        if problem:
+            raise ValueError(f"storage state does not match this storage: {problem}")
         with self._lock:
             self._resident.copy_(state["resident"])
             for k, v in self._buffers.items():

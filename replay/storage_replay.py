@@ -197,8 +197,8 @@ class StorageReplay:
             self.counts.index_add_(0, chosen, torch.ones(n, dtype=torch.int64))
             return self.storage.get(chosen)
 
-    def release_all(self) -> None:
-        pass  # holds no slot
+    def release_all(self) -> int:
+        return 0  # holds no slot
 
     # --- reporting and checkpoints ------------------------------------------------
     def stats(self) -> dict[str, float]:
@@ -217,17 +217,32 @@ class StorageReplay:
         state = {"counts": self.counts.clone(), "next_position": self.next_position,
                  "updates": self.updates, "lambda": self.current_lambda(),
                  "recent": self.recent.clone(), "recent_count": self.recent_count,
-                 "generator": self.generator.get_state()}
+                 "generator": self.generator.get_state(), "dropped": self.dropped}
         if include_data:
             state["storage"] = self.storage.state_dict()
         return state
 
+    def state_problem(self, state: dict) -> str | None:
+        """Why `state` (a `state_dict`) cannot be loaded into this replay, or None."""
+        if tuple(state["counts"].shape) != (self.capacity,):
+            return (f"it was saved with capacity {len(state['counts'])}, this one has "
+                    f"{self.capacity}")
+        if tuple(state["recent"].shape) != tuple(self.recent.shape):
+            return "its observations have another shape"
+        if "storage" in state:
+            return self.storage.state_problem(state["storage"])
+        return None
+
     def load_state_dict(self, state: dict) -> None:
+        problem = self.state_problem(state)
+        if problem:
+            raise ValueError(f"replay state does not fit: {problem}")
         self.counts.copy_(state["counts"])
         self.next_position = state["next_position"]
         self.updates = state["updates"]
         self.recent.copy_(state["recent"])
         self.recent_count = state["recent_count"]
         self.generator.set_state(state["generator"])
+        self.dropped = state.get("dropped", 0)
         if "storage" in state:
             self.storage.load_state_dict(state["storage"])

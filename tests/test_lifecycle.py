@@ -225,3 +225,51 @@ def test_resumed_learner_takes_the_same_step_as_the_uninterrupted_one(tmp_path):
     for p, q in zip(original.agent.model.parameters(), restored.agent.model.parameters(),
                     strict=True):
         assert torch.equal(p, q)
+
+
+def test_kill_9_right_after_a_checkpoint_then_resume_with_another_replay(results):
+    """The files hold every row the newest checkpoint counts even after a kill -9; a
+    resume that grows a replay's capacity starts that replay empty and goes on; the
+    resumed run's CSVs have no gap and no repeat, and TensorBoard events written after
+    the checkpoint are cut."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    def mix(capacity):
+        return ('--replay_parameters=[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
+                f'{{"type": "standard", "capacity": {capacity}, "sample_ratio": 0.5}}]')
+
+    def newest(d):
+        return max([int(p[-12:-3]) for p in glob.glob(os.path.join(d, "checkpoint_*.pt"))],
+                   default=-1)
+
+    proc = start_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=30000",
+                      "--save_model_period=4", "--status_interval=1000", mix(200),
+                      f"--results_dir={results}")
+    wait_for(lambda: run_dir(results) and newest(run_dir(results)) >= 8, 90, "a checkpoint")
+    d = run_dir(results)
+    seen = newest(d)
+    wait_for(lambda: newest(d) > seen, 60, "the next checkpoint")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    proc.kill()
+    proc.communicate(timeout=30)
+    for c in children:
+        c.kill()
+    saved = load_checkpoint(d)["counters"]
+    for name, counted in (("episodes.csv", saved["episodes"]), ("learner.csv", saved["updates"])):
+        rows = list(csv.DictReader(open(os.path.join(d, name))))
+        assert len(rows) >= counted > 0, name
+
+    resumed = subprocess.run(
+        [sys.executable, "main.py", "--op_mode=train_w_load", f"--load_model_url={d}",
+         mix(400)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resume: replay 1 (standard, capacity 400) no saved replay" in resumed.stdout
+    updates = [int(r["updates"]) for r in csv.DictReader(open(os.path.join(d, "learner.csv")))]
+    summary = json.load(open(os.path.join(d, "summary.json")))
+    assert updates == list(range(1, summary["updates"] + 1))
+    episodes = list(csv.DictReader(open(os.path.join(d, "episodes.csv"))))
+    assert len(episodes) == summary["episodes"]
+    first, *later = sorted(glob.glob(os.path.join(d, "events.out.tfevents.*")))
+    assert later, "the resumed run writes its own events file"
+    steps = [e.step for e in EventFileLoader(first).Load() if e.summary.value]
+    assert steps and max(steps) <= saved["env_steps"]

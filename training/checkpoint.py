@@ -5,13 +5,15 @@
 `checkpoint.pt` at it (a hard link, replaced atomically), fsyncs the directory
 and deletes all but the newest `keep`. At every moment
 `checkpoint.pt` is a complete checkpoint: a save that fails or is killed leaves
-at most a stray `*.tmp` file.
+at most a stray `*.tmp` file. A resume from an older numbered checkpoint starts a
+branch (`start_branch`): the later checkpoints move to `superseded/`.
 
 A checkpoint is a dict saved with torch.save:
-    format_version, config (dict), model, optimizer, counters (env_steps, updates,
-    episodes, wall_time), recent_returns, best_mean_return_100,
-    rng (torch, numpy, python), replays (one state dict per --replay_parameters
-    entry: sampling counters and lambda, and the stored rollouts only with
+    format_version, config (dict), model, optimizer (ppo: its minibatch generator
+    too), counters (env_steps, updates, episodes, wall_time, resumes), recent_returns,
+    best_mean_return_100, saved_at (unix time), rng (torch, numpy, python; cuda where
+    used: `rng_state`), replays (one state dict per --replay_parameters entry:
+    sampling counters and lambda, and the stored rollouts only with
     --checkpoint_replay), env_info.
 """
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import glob
 import os
+import random
 import re
 
+import numpy as np
 import torch
 
 from training.files import atomic_write, fsync_dir
@@ -53,6 +57,30 @@ def save_checkpoint(run_path: str, updates: int, state: dict, keep: int = 3) -> 
     return latest
 
 
+def start_branch(run_path: str, loaded: str, updates: int) -> list[str]:
+    """Make a resumed checkpoint the newest of its run directory before the resumed
+    run writes anything: numbered checkpoints of more than `updates` updates (saved
+    by a later run from which this resume branches off) are moved into
+    `superseded/`, out of rotation's and a later resume's way, and `checkpoint.pt`
+    points at `loaded` (the file the resume read). Returns the moved file names."""
+    moved = []
+    for path in sorted(glob.glob(os.path.join(run_path, "checkpoint_*.pt"))):
+        m = _NUMBERED.search(path)
+        if m and int(m.group(1)) > updates:
+            os.makedirs(os.path.join(run_path, "superseded"), exist_ok=True)
+            os.replace(path, os.path.join(run_path, "superseded", os.path.basename(path)))
+            moved.append(os.path.basename(path))
+    latest = os.path.join(run_path, LATEST)
+    if os.path.abspath(loaded) != os.path.abspath(latest) and os.path.exists(loaded):
+        link_tmp = f"{latest}.tmp"
+        if os.path.lexists(link_tmp):
+            os.remove(link_tmp)
+        os.link(loaded, link_tmp)
+        os.replace(link_tmp, latest)
+    fsync_dir(run_path)
+    return moved
+
+
 def resolve_checkpoint_path(url: str) -> str:
     """A run directory names its checkpoint.pt; a file names itself."""
     return os.path.join(url, LATEST) if os.path.isdir(url) else url
@@ -71,3 +99,21 @@ def load_checkpoint(url: str) -> dict:
     if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
         raise CheckpointError(f"{path} is not a checkpoint of format {FORMAT_VERSION}")
     return state
+
+
+def rng_state() -> dict:
+    """The learner process's random states, for a checkpoint (CUDA's where it is used)."""
+    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+             "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(rng: dict) -> None:
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    random.setstate(rng["python"])
+    if "cuda" in rng and torch.cuda.is_available() \
+            and len(rng["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(rng["cuda"])

@@ -10,9 +10,7 @@ benchmarks time, so they take the step training takes.
 from __future__ import annotations
 
 import functools
-import random
 
-import numpy as np
 import torch
 import torch.multiprocessing as mp
 
@@ -20,7 +18,9 @@ from agents.agent import Agent, OptimConfig
 from agents.impala import ImpalaAgent
 from agents.networks import build_model, policy_features
 from agents.ppo import PPOAgent, PPOConfig
+from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
+from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
 from training.learner import Learner
 from training.plan import RunPlan
@@ -68,10 +68,25 @@ def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> Acto
         store_features=cfg.store_features)
 
 
-def restore_rng(rng: dict) -> None:
-    torch.set_rng_state(rng["torch"])
-    np.random.set_state(rng["numpy"])
-    random.setstate(rng["python"])
+def restore_replays(mixer: BatchMixer, cfg: Config, checkpoint: dict) -> list[str]:
+    """Give each replay the checkpoint's state it continues from
+    (`replay.config.match_saved_states`), or leave it empty; returns a log line per
+    replay saying which. `--replay_parameters` may change on a resume: an entry whose
+    state does not fit (another kind, capacity, --r_f_steps with stored rollouts, or a
+    stored layout that changed with --worker_count) starts empty; nothing is refused."""
+    saved_cfg = checkpoint["config"]
+    saved, errors = parse_replay_parameters(
+        saved_cfg.get("replay_parameters", cfg.replay_parameters), 0)
+    matches = match_saved_states([] if errors else saved, checkpoint.get("replays", []),
+                                 list(cfg.replays),
+                                 same_unroll=saved_cfg.get("r_f_steps") == cfg.r_f_steps)
+    problems = mixer.restore([state for state, _ in matches])
+    lines = []
+    for i, ((_, note), problem) in enumerate(zip(matches, problems, strict=True)):
+        e = cfg.replays[i]
+        note = f"starts empty: {problem}" if problem else note
+        lines.append(f"resume: replay {i} ({e.type}, capacity {e.capacity}) {note}")
+    return lines
 
 
 def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | None = None,
@@ -87,6 +102,8 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
         restore_rng(checkpoint["rng"])
     report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
                     state=checkpoint)
+    if checkpoint is not None:
+        report.counters.resumes += 1
     slots = SlotPool(plan.spec, num_slots=plan.num_slots)
     features = functools.partial(policy_features, agent.model, obs_shape=info.obs_shape)
     replays = build_replays(
@@ -102,10 +119,12 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
                 "" if cfg.checkpoint_replay else
                 f"; not in checkpoints (--checkpoint_replay would add up to {size:.1f} MiB)"))
     mixer = BatchMixer(slots, replays, [e.sample_ratio for e in cfg.replays], cfg.batch_size)
-    if checkpoint is not None and "replays" in checkpoint:
-        mixer.load_state_dict(checkpoint["replays"])
+    if checkpoint is not None:
+        for line in restore_replays(mixer, cfg, checkpoint):
+            run.log.info(line)
     weights = SharedWeights(agent.model)
     weights.publish(agent.model, report.counters.updates)
     actors = ActorPool(mp.get_context("spawn"), actor_config(cfg, info, policy),
-                       cfg.worker_count, slots, weights, run.log, cfg.max_actor_restarts)
+                       cfg.worker_count, slots, weights, run.log, cfg.max_actor_restarts,
+                       resumes=report.counters.resumes)
     return Learner(cfg, info, agent, slots, mixer, weights, actors, report)

@@ -50,3 +50,12 @@ def fsync_dir(path: str) -> None:
 def atomic_write_text(path: str, text: str) -> None:
     """Replace `path` with `text` in UTF-8, written as given (no newline translation)."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")), sync_dir=False)
+
+
+def fsync_path(path: str) -> None:
+    """fsync a file by name (any descriptor of a file syncs its data)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

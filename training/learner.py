@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import random
 import time
 
-import numpy as np
 import torch
 
 from agents.agent import Agent
 from replay.mixer import BatchMixer, Prefetcher
 from training import metrics
-from training.checkpoint import save_checkpoint
+from training.checkpoint import rng_state, save_checkpoint
 from training.config import Config
 from training.report import Report
 from workers.pool import ActorPool
@@ -46,6 +44,8 @@ class Learner:
         self.report = report
         self.log = report.log
         self.prefetcher: Prefetcher | None = None
+        self._dropped = [int(r.stats().get("dropped", 0)) for r in mixer.replays]  # logged
+        self.stop_losses: dict[str, int] = {}  # what the stop lost (`close`)
         self._wait_since = time.perf_counter()  # when the learner began waiting for a batch
 
     @property
@@ -120,32 +120,55 @@ class Learner:
     # --- reporting and checkpoints ------------------------------------------------
     def status(self) -> None:
         self.report.pipeline.add_actor_times(self.actors.take_actor_seconds())
+        for i, r in enumerate(self.mixer.replays):
+            dropped = int(r.stats().get("dropped", 0))
+            if dropped > self._dropped[i]:
+                self.log.warning(f"replay {i} ({r.describe()}): {dropped - self._dropped[i]} "
+                                 f"rollouts not stored since the last status, {dropped} in "
+                                 "all: its frame pool was full (replay/storage.py)")
+                self._dropped[i] = dropped
         extra = {**metrics.replay_scalars(self.mixer.replays, len(self.slots.free)),
                  **self.report.system.sample(os.getpid(), self.actors.pids())}
-        self.report.status(extra, self.actors.restarts)
+        self.report.status(extra, self.actors.restarts, {"replay_dropped": self._dropped})
 
     def summary(self) -> dict:
-        return self.report.summary(self.actors.restarts)
+        return {**self.report.summary(self.actors.restarts),
+                "replay_dropped": [int(r.stats().get("dropped", 0)) for r in self.mixer.replays],
+                **({"stop": self.stop_losses} if self.stop_losses else {})}
 
     def save(self) -> str:
-        """An atomic checkpoint; returns the path of `checkpoint.pt`."""
+        """An atomic checkpoint; returns the path of `checkpoint.pt`. The run files are
+        flushed and fsynced first, so they hold every row the checkpoint counts."""
+        self.report.flush(sync=True)
         return save_checkpoint(self.report.run_dir.path, self.counters.updates, {
             "config": self.cfg.to_dict(),
             **self.agent.state_dict(),
             **self.report.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                    "python": random.getstate()},
+            "rng": rng_state(),
             "replays": self.mixer.state_dict(include_data=self.cfg.checkpoint_replay),
             "env_info": dataclasses.asdict(self.info),
         }, keep=self.cfg.keep_checkpoints)
 
     # --- shutdown --------------------------------------------------------------
     def close(self) -> None:
-        """Stop and join every actor; record the episodes they finished meanwhile."""
+        """Stop and join every actor. What the stop loses goes to the log and to
+        `stop_losses` (summary.json): rollouts the actors finished while stopping are
+        dropped uncounted, their env steps and episodes both (so the counters and the
+        CSVs agree); rollouts received and counted but still queued are not trained on."""
         if self.prefetcher is not None:
             self.prefetcher.close()
-        for rollout in self.actors.close():
+        late = self.actors.close()
+        for rollout in late:
             self.slots.release(rollout.indices)
-            self.report.episodes(rollout.episodes)
-        self.mixer.release_all()
+        unread = self.mixer.release_all()
+        t = self.cfg.r_f_steps
+        self.stop_losses = {
+            "late_env_steps_dropped": t * sum(len(r.indices) for r in late),
+            "late_episodes_dropped": sum(len(r.episodes) for r in late),
+            "queued_env_steps_not_trained": t * unread}
+        self.log.info(
+            f"stop: {self.stop_losses['late_env_steps_dropped']:,} env steps "
+            f"({self.stop_losses['late_episodes_dropped']} episodes) that the actors finished "
+            f"while stopping are dropped, uncounted; {t * unread:,} env steps counted but "
+            "still queued were not trained on")
         self.report.close()

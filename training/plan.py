@@ -31,8 +31,10 @@ class RunPlan:
     num_slots: int
     slot_bytes: int  # of all slots together, in shared memory
     pixel_stack: int | None  # frames per stacked obs that replays store once; None: no stack
-    # frame-pool sizing of FIFO replays: one chain of shared frames per env, plus
-    # those of restarted actors
+    # frame-pool sizing of FIFO replays (replay/storage.py: a FIFO storage fed by E
+    # envs has at most E chains of shared frames): the envs' own chains, those of a
+    # resumed run's stored rollouts (--checkpoint_replay), and those every allowed
+    # actor restart leaves behind (--max_actor_restarts x --envs_per_worker)
     max_chain_heads: int
     replay_bytes: tuple[int, ...]  # per `cfg.replays` entry; 0 for the queue
 
@@ -44,7 +46,7 @@ def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
                         feature_size=cfg.hidden_size if cfg.store_features else 0)
     num_slots = 2 * cfg.n_envs + 2 * cfg.batch_size
     pixel_stack = info.frame_stack or None
-    max_chain_heads = 2 * cfg.n_envs
+    max_chain_heads = 2 * cfg.n_envs + cfg.max_actor_restarts * cfg.envs_per_worker
     return RunPlan(
         info=info, spec=spec, num_slots=num_slots,
         slot_bytes=spec_bytes(spec) * num_slots, pixel_stack=pixel_stack,

@@ -28,6 +28,7 @@ class Counters:
     updates: int = 0
     episodes: int = 0
     wall_time: float = 0.0  # seconds of training, summed over resumed runs
+    resumes: int = 0  # how many times the run was resumed (actor seeds differ by it)
 
 
 class Report:
@@ -133,12 +134,14 @@ class Report:
         best = self.best_mean_return
         return {"counters": dataclasses.asdict(self.counters),
                 "recent_returns": list(self.returns),
-                "best_mean_return_100": None if math.isinf(best) else best}
+                "best_mean_return_100": None if math.isinf(best) else best,
+                "saved_at": time.time()}  # what a resume cuts TensorBoard events at
 
     # --- the status line -------------------------------------------------------------
-    def status(self, extra_scalars: dict[str, float], actor_restarts: int) -> None:
+    def status(self, extra_scalars: dict[str, float], actor_restarts: int,
+               extra_summary: dict | None = None) -> None:
         """The status line, the interval's scalars (with `extra_scalars`: replay and
-        system figures) and summary.json; every file flushed."""
+        system figures) and summary.json (with `extra_summary`); every file flushed."""
         now = time.time()
         t0, s0 = self._last_status
         if now > t0:
@@ -166,9 +169,14 @@ class Report:
         if mean is not None:
             values["charts/mean_return_100"] = mean
         self.tb.scalars(values, c.env_steps)
+        self.flush()
+        self.run_dir.write_summary({**self.summary(actor_restarts), **(extra_summary or {})})
+
+    def flush(self, sync: bool = False) -> None:
+        """Flush the CSVs and the TensorBoard events; with `sync`, fsync them and the log
+        (before a checkpoint: the rows it counts must be on disk)."""
         self.tb.flush()
-        self.run_dir.flush()
-        self.run_dir.write_summary(self.summary(actor_restarts))
+        self.run_dir.flush(sync)
 
     def close(self) -> None:
         self.tb.close()

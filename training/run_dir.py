@@ -7,20 +7,26 @@
     summary.json    counters and returns, rewritten as the run goes
     run.log         the log (status lines included)
     checkpoint.pt   the newest complete checkpoint
-CSV files are flushed at every status line, summary.json is replaced atomically
-(training/files.py).
+CSV files and the TensorBoard events are flushed at every status line, and flushed
+and fsynced before every checkpoint, so a run killed at any moment has on disk at
+least the rows its newest checkpoint counts; summary.json is replaced atomically
+(training/files.py). A resumed run cuts what was written after its checkpoint: the
+CSV rows beyond the checkpoint's counts, and the TensorBoard events of steps beyond
+its env steps or written after it was saved; its own events go to a new events file.
 """
 
 from __future__ import annotations
 
 import csv
+import glob
 import json
 import logging
 import os
+import struct
 import sys
 import time
 
-from training.files import atomic_write_text
+from training.files import atomic_write, atomic_write_text, fsync_path
 
 EPISODE_COLUMNS = ["env_steps", "frames", "episode_return", "episode_length", "wall_time"]
 LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "value_loss",
@@ -38,11 +44,14 @@ class RunDir:
     """Creates the run directory and owns its files."""
 
     def __init__(self, results_dir: str, env_id: str, config: dict, echo: bool = True,
-                 resume_path: str | None = None, keep_rows: tuple[int, int] | None = None):
+                 resume_path: str | None = None, keep_rows: tuple[int, int] | None = None,
+                 keep_events: tuple[int, float | None] | None = None):
         """A new directory under `results_dir`, or, with `resume_path`, the directory of
         the run being resumed: its CSVs and log are appended to, after cutting them to
         `keep_rows` = (episodes, updates) rows, what the checkpoint had counted (rows
-        written after the checkpoint, by a run that was killed, would be counted twice)."""
+        written after the checkpoint, by a run that was killed, would be counted twice);
+        its TensorBoard events are cut to `keep_events` = (env steps, unix time of the
+        save or None), see `cut_events`."""
         if resume_path is None:
             name = env_id.split(":")[-1].replace("/", "-")
             ts = int(time.time())
@@ -57,6 +66,9 @@ class RunDir:
         if keep_rows is not None:
             _cut_csv(self.file("episodes.csv"), keep_rows[0])
             _cut_csv(self.file("learner.csv"), keep_rows[1])
+        if keep_events is not None:
+            for events in glob.glob(self.file("events.out.tfevents.*")):
+                cut_events(events, *keep_events)
         atomic_write_text(self.file("flags.json"), json.dumps(config, indent=2, sort_keys=True))
         self._episodes_f, self.episodes = self._open_csv("episodes.csv", EPISODE_COLUMNS)
         self._learner_f, self.learner = self._open_csv("learner.csv", LEARNER_COLUMNS)
@@ -79,9 +91,16 @@ class RunDir:
     def write_summary(self, summary: dict) -> None:
         atomic_write_text(self.file("summary.json"), json.dumps(summary, indent=2))
 
-    def flush(self) -> None:
+    def flush(self, sync: bool = False) -> None:
+        """Flush the CSVs; with `sync`, fsync them, the log and the TensorBoard events
+        too (flush those first: `training.report.Report.flush`)."""
         self._episodes_f.flush()
         self._learner_f.flush()
+        if sync:
+            for f in (self._episodes_f, self._learner_f):
+                os.fsync(f.fileno())
+            for path in [self.file("run.log"), *glob.glob(self.file("events.out.tfevents.*"))]:
+                fsync_path(path)
 
     def close(self) -> None:
         self._episodes_f.close()
@@ -98,6 +117,41 @@ def _cut_csv(path: str, rows: int) -> None:
     with open(path, newline="") as f:
         lines = f.readlines()[: rows + 1]
     atomic_write_text(path, "".join(lines))
+
+
+def _records(data: bytes):
+    """(offset, end) of each whole TFRecord in `data`: uint64 length, uint32 crc,
+    the payload, uint32 crc (a torn record at the end, from a kill, is left out)."""
+    pos = 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        end = pos + 12 + length + 4
+        if end > len(data):
+            return
+        yield pos, end
+        pos = end
+
+
+def cut_events(path: str, max_step: int, max_wall: float | None) -> int:
+    """Rewrite the TensorBoard events file `path` without the events of a step above
+    `max_step` or written after `max_wall` (unix time; None: no bound), and without a
+    torn last record; returns how many events were dropped. The file's first event
+    (its version) is always kept."""
+    from tensorboard.compat.proto.event_pb2 import Event
+
+    with open(path, "rb") as f:
+        data = f.read()
+    kept, dropped = [], 0
+    for k, (start, end) in enumerate(_records(data)):
+        event = Event.FromString(data[start + 12:end - 4])
+        if k and (event.step > max_step or (max_wall is not None and event.wall_time > max_wall)):
+            dropped += 1
+        else:
+            kept.append(data[start:end])
+    whole = sum(len(r) for r in kept)
+    if dropped or whole != len(data):
+        atomic_write(path, lambda f: f.write(b"".join(kept)))
+    return dropped
 
 
 def _extend_header(path: str, columns: list[str]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from training.checkpoint import resolve_checkpoint_path
+from training.checkpoint import resolve_checkpoint_path, start_branch
 from training.config import Config
 from training.factory import build_learner
 from training.plan import RunPlan, check_memory, make_plan
@@ -57,12 +57,17 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
         return evaluate(cfg, checkpoint, stop)
     if checkpoint is not None:
         c = checkpoint["counters"]
+        loaded = os.path.abspath(resolve_checkpoint_path(cfg.load_model_url))
+        superseded = start_branch(os.path.dirname(loaded), loaded, c["updates"])
         run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict(),
-                         resume_path=os.path.dirname(os.path.abspath(
-                             resolve_checkpoint_path(cfg.load_model_url))),
-                         keep_rows=(c["episodes"], c["updates"]))
+                         resume_path=os.path.dirname(loaded),
+                         keep_rows=(c["episodes"], c["updates"]),
+                         keep_events=(c["env_steps"], checkpoint.get("saved_at")))
         run_dir.log.info(f"resuming from {cfg.load_model_url} at {c['env_steps']:,} env steps, "
-                         f"{c['updates']:,} updates")
+                         f"{c['updates']:,} updates (resume {c.get('resumes', 0) + 1})")
+        if superseded:
+            run_dir.log.info(f"checkpoints of later updates, from the run this one branches "
+                             f"off, moved to superseded/: {', '.join(superseded)}")
     else:
         run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
     learner = None

@@ -8,7 +8,7 @@ learner each finished rollout as a `FinishedRollout` (slot indices, episodes);
 the time splits are summed in `actor_seconds` until `take_actor_seconds()`.
 The learner keeps the ledger of which slots each actor holds, so when an actor
 dies (an exception, or SIGKILL) its slots are reclaimed exactly and a new actor
-takes its place with a fresh seed; after `max_restarts` deaths the run is
+takes its place with a fresh seed (`actor_seed`); after `max_restarts` deaths the run is
 stopped with `ActorFailure`.
 """
 
@@ -44,6 +44,14 @@ class FinishedRollout(NamedTuple):
     episodes: list[tuple[float, int]]
 
 
+def actor_seed(seed: int, actor_id: int, incarnation: int, resumes: int) -> int:
+    """The seed of an actor's envs and action sampling: different for every actor, each
+    of its restarts (incarnation) and each resume of the run, so no random stream is
+    replayed (distinct while actor_id < 99 and incarnation < 999; its envs take
+    seed + k)."""
+    return seed + 10_007 * actor_id + 1_000_003 * incarnation + 1_000_000_007 * resumes
+
+
 @dataclasses.dataclass
 class _Actor:
     actor_id: int
@@ -68,8 +76,10 @@ def _describe_exit(code: int | None) -> str:
 
 class ActorPool:
     def __init__(self, ctx, cfg: ActorConfig, worker_count: int, slots, weights, log,
-                 max_restarts: int = 3):
+                 max_restarts: int = 3, resumes: int = 0):
+        """`resumes`: how many times the run was resumed; actor seeds differ by it."""
         self.ctx = ctx
+        self.resumes = resumes
         self.cfg = cfg
         self.slots = slots
         self.weights = weights
@@ -90,8 +100,8 @@ class ActorPool:
     def _spawn(self, actor_id: int, incarnation: int) -> _Actor:
         grants_r, grants_w = self.ctx.Pipe(duplex=False)
         messages_r, messages_w = self.ctx.Pipe(duplex=False)
-        seed = self.cfg.seed + 10_007 * actor_id + 1_000_003 * incarnation
-        cfg = dataclasses.replace(self.cfg, seed=seed)
+        cfg = dataclasses.replace(
+            self.cfg, seed=actor_seed(self.cfg.seed, actor_id, incarnation, self.resumes))
         process = self.ctx.Process(
             target=run_actor, name=f"actor-{actor_id}", daemon=True,
             args=(actor_id, cfg, self.slots.buffers, self.weights, grants_r, messages_w,
