@@ -104,6 +104,16 @@ flags.DEFINE_integer("max_actor_restarts", 3,
                      "Actor deaths (exception or kill) survived by restarting the actor; one "
                      "more stops the run with a checkpoint and exit status 1.")
 
+flags.DEFINE_enum("backend", "local", ["local", "ray"],
+                  "Where the actors run: local processes with shared-memory rollouts, or Ray "
+                  "actors (README: More than one machine).")
+flags.DEFINE_string("ray_address", "", "--backend=ray: empty starts a local Ray instance; "
+                    "'auto' or host:port joins a running cluster.")
+flags.DEFINE_integer("max_policy_lag", 100, "--backend=ray: rollouts acted by weights more "
+                     "than this many learner updates old are dropped (and counted); 0: never.")
+flags.DEFINE_integer("ray_weights_every", 1, "--backend=ray: put the weights into Ray's "
+                     "object store every this many learner updates.")
+
 # --- replay --------------------------------------------------------------------
 flags.DEFINE_string("replay_parameters",
                     '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',

@@ -14,6 +14,7 @@ Anything that needs the env itself (shapes, slot sizes) is the run plan's
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 
@@ -76,6 +77,10 @@ class Config:
     envs_per_worker: int
     learner_threads: int
     max_actor_restarts: int
+    backend: str
+    ray_address: str
+    max_policy_lag: int
+    ray_weights_every: int
     replay_parameters: str
     training_fill_in_factor: float
     caching: bool
@@ -157,21 +162,30 @@ IMPALA_ONLY = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advanta
                "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
 
 
-def _agent_problems(agent: str, given: set[str]) -> list[str]:
-    """Flags given on the command line that `agent` would silently ignore."""
-    readers = {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo")),
-               **dict.fromkeys(TRULY_PPO_ONLY, ("truly_ppo",)),
-               **dict.fromkeys(IMPALA_ONLY, ("impala",))}
-    return [f"--{name}: only --agent={' or '.join(agents)} reads it, and this run has "
-            f"--agent={agent}; leave it out or change --agent"
-            for name, agents in readers.items() if name in given and agent not in agents]
+RAY_ONLY = ("ray_address", "max_policy_lag", "ray_weights_every")
+
+
+def _ignored_flags(values: dict, given: set[str]) -> list[str]:
+    """Flags given on the command line that this run's --agent or --backend would
+    silently ignore."""
+    problems = []
+    for chooser, readers in (
+            ("agent", {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo")),
+                       **dict.fromkeys(TRULY_PPO_ONLY, ("truly_ppo",)),
+                       **dict.fromkeys(IMPALA_ONLY, ("impala",))}),
+            ("backend", dict.fromkeys(RAY_ONLY, ("ray",)))):
+        chosen = values.get(chooser) or {"agent": "impala", "backend": "local"}[chooser]
+        problems += [f"--{name}: only --{chooser}={' or '.join(ok)} reads it, and this run "
+                     f"has --{chooser}={chosen}; leave it out or change --{chooser}"
+                     for name, ok in readers.items() if name in given and chosen not in ok]
+    return problems
 
 
 def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
     """A `Config` from flag values (name -> value, None for auto), and every error.
-    `given`: the flags named on the command line; those the `--agent` does not read
-    are errors."""
-    errors: list[str] = _agent_problems(values.get("agent", "impala"), set(given))
+    `given`: the flags named on the command line; those the `--agent` or `--backend`
+    does not read are errors."""
+    errors: list[str] = _ignored_flags(values, set(given))
     v = dict(values)
     env_problem = check_env_id(v["env"])
     if env_problem:
@@ -208,9 +222,14 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                  "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
                  "hidden_size", "lr", "save_model_period", "status_interval",
                  "test_episode_count", "keep_checkpoints", "cache_output_buffer_size",
-                 "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps"):
+                 "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
+                 "ray_weights_every"):
         positive(name)
-    for name in ("noop_threshold", "max_actor_restarts", "lr_end_value",
+    if v.get("backend", "local") == "ray" and importlib.util.find_spec("ray") is None:
+        errors.append("--backend: ray is not installed in this environment; run "
+                      "`.venv/bin/pip install -r requirements.txt` (README: More than one "
+                      "machine)")
+    for name in ("noop_threshold", "max_actor_restarts", "lr_end_value", "max_policy_lag",
                  "gradient_clip_by_norm_threshold", "value_loss_weight",
                  "entropy_loss_weight", "policy_gradient_loss_weight",
                  "clear_policy_cloning_weight", "clear_value_cloning_weight", "kl_div_threshold",

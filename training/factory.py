@@ -122,9 +122,18 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
     if checkpoint is not None:
         for line in restore_replays(mixer, cfg, checkpoint):
             run.log.info(line)
-    weights = SharedWeights(agent.model)
+    if cfg.backend == "ray":
+        from workers.ray_pool import RayActorPool, RayWeights
+
+        weights = RayWeights(agent.model, every=cfg.ray_weights_every)
+        actors = RayActorPool(actor_config(cfg, info, policy), cfg.worker_count, slots,
+                              plan.spec, weights, run.log, cfg.max_actor_restarts,
+                              resumes=report.counters.resumes, address=cfg.ray_address,
+                              max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack)
+    else:
+        weights = SharedWeights(agent.model)
+        actors = ActorPool(mp.get_context("spawn"), actor_config(cfg, info, policy),
+                           cfg.worker_count, slots, weights, run.log, cfg.max_actor_restarts,
+                           resumes=report.counters.resumes)
     weights.publish(agent.model, report.counters.updates)
-    actors = ActorPool(mp.get_context("spawn"), actor_config(cfg, info, policy),
-                       cfg.worker_count, slots, weights, run.log, cfg.max_actor_restarts,
-                       resumes=report.counters.resumes)
     return Learner(cfg, info, agent, slots, mixer, weights, actors, report)

@@ -128,6 +128,7 @@ class Learner:
                                  "all: its frame pool was full (replay/storage.py)")
                 self._dropped[i] = dropped
         extra = {**metrics.replay_scalars(self.mixer.replays, len(self.slots.free)),
+                 **self.actors.stats(),
                  **self.report.system.sample(os.getpid(), self.actors.pids())}
         self.report.status(extra, self.actors.restarts, {"replay_dropped": self._dropped})
 

@@ -192,65 +192,92 @@ def _take_slots(grants, held: list[int], n: int, stop) -> list[int] | None:
     return taken
 
 
-def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messages, stop):
-    clock = time.perf_counter
-    seconds = {"env": 0.0, "inference": 0.0, "wait": 0.0}
-    seed = cfg.seed
-    rng = torch.Generator().manual_seed(seed)
-    env = make_batched_env(cfg.env_id, cfg.envs_per_worker, cfg.env_options, seed=seed)
-    policy = cfg.policy(cfg, weights, rng)
-    policy.refresh()
-    n = cfg.envs_per_worker
-    held: list[int] = []
+class Roller:
+    """An actor's batched env and policy, one rollout at a time: what an actor process
+    (here) and a Ray actor (workers/ray_pool.py) both run.
 
-    obs = torch.from_numpy(env.reset())
-    action, logits, value, features = policy.act(obs)
-    zeros_f = torch.zeros(n)
-    zeros_b = torch.zeros(n, dtype=torch.bool)
-    row = {
-        "obs": obs, "action": action, "logits": logits, "value": value,
-        "reward": zeros_f, "done": zeros_b, "truncated": zeros_b,
-        "bootstrap_value": zeros_f, "version": torch.full((n,), policy.version),
-    }
-    if features is not None:
-        row["features"] = features
+    `rollout(write)` refreshes the weights and calls `write(t, row)` for t = 0..T, each
+    `row` a dict field -> tensor [E, ...] in the format of workers/slots.py (row 0 is
+    the previous rollout's row T); it returns the (return, length) of the episodes
+    that ended. `seconds` sums the time stepping envs ("env") and in forward passes
+    ("inference") since the caller last reset it.
+    """
+
+    def __init__(self, cfg: ActorConfig, weights):
+        self.cfg = cfg
+        rng = torch.Generator().manual_seed(cfg.seed)
+        self.env = make_batched_env(cfg.env_id, cfg.envs_per_worker, cfg.env_options,
+                                    seed=cfg.seed)
+        self.policy = cfg.policy(cfg, weights, rng)
+        self.policy.refresh()
+        self.seconds = {"env": 0.0, "inference": 0.0, "wait": 0.0}
+        n = cfg.envs_per_worker
+        self.zeros_f = torch.zeros(n)
+        zeros_b = torch.zeros(n, dtype=torch.bool)
+        obs = torch.from_numpy(self.env.reset())
+        action, logits, value, features = self.policy.act(obs)
+        self.row = {
+            "obs": obs, "action": action, "logits": logits, "value": value,
+            "reward": self.zeros_f, "done": zeros_b, "truncated": zeros_b,
+            "bootstrap_value": self.zeros_f, "version": torch.full((n,), self.policy.version),
+        }
+        if features is not None:
+            self.row["features"] = features
+
+    def rollout(self, write) -> list[tuple[float, int]]:
+        clock = time.perf_counter
+        policy, n = self.policy, self.cfg.envs_per_worker
+        write(0, self.row)
+        policy.refresh()
+        episodes = []
+        for t in range(1, self.cfg.unroll_length + 1):
+            t0 = clock()
+            step = self.env.step(self.row["action"].numpy())
+            t1 = clock()
+            obs = torch.from_numpy(step.obs)
+            action, logits, value, features = policy.act(obs)
+            bootstrap = self.zeros_f
+            if step.final_obs is not None:
+                bootstrap = torch.zeros(n)
+                idx = np.flatnonzero(step.truncated)
+                bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]))
+            self.seconds["env"] += t1 - t0
+            self.seconds["inference"] += clock() - t1
+            self.row = {
+                "obs": obs, "action": action, "logits": logits, "value": value,
+                "reward": torch.from_numpy(step.reward),
+                "done": torch.from_numpy(step.terminated),
+                "truncated": torch.from_numpy(step.truncated),
+                "bootstrap_value": bootstrap,
+                "version": torch.full((n,), policy.version),
+            }
+            if features is not None:
+                self.row["features"] = features
+            write(t, self.row)
+            episodes.extend((ret, length) for _, ret, length in step.episodes)
+        return episodes
+
+    def take_seconds(self) -> dict[str, float]:
+        out, self.seconds = self.seconds, dict.fromkeys(self.seconds, 0.0)
+        return out
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messages, stop):
+    roller = Roller(cfg, weights)
+    held: list[int] = []
     try:
         while not stop[0]:
-            t0 = clock()
-            taken = _take_slots(grants, held, n, stop)
-            seconds["wait"] += clock() - t0
+            t0 = time.perf_counter()
+            taken = _take_slots(grants, held, cfg.envs_per_worker, stop)
+            roller.seconds["wait"] += time.perf_counter() - t0
             if taken is None:
                 break
             slots = torch.tensor(taken, dtype=torch.int64)
-            _write_row(buffers, 0, slots, row)
-            policy.refresh()
-            episodes = []
-            for t in range(1, cfg.unroll_length + 1):
-                t0 = clock()
-                step = env.step(row["action"].numpy())
-                t1 = clock()
-                obs = torch.from_numpy(step.obs)
-                action, logits, value, features = policy.act(obs)
-                bootstrap = zeros_f
-                if step.final_obs is not None:
-                    bootstrap = torch.zeros(n)
-                    idx = np.flatnonzero(step.truncated)
-                    bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]))
-                seconds["env"] += t1 - t0
-                seconds["inference"] += clock() - t1
-                row = {
-                    "obs": obs, "action": action, "logits": logits, "value": value,
-                    "reward": torch.from_numpy(step.reward),
-                    "done": torch.from_numpy(step.terminated),
-                    "truncated": torch.from_numpy(step.truncated),
-                    "bootstrap_value": bootstrap,
-                    "version": torch.full((n,), policy.version),
-                }
-                if features is not None:
-                    row["features"] = features
-                _write_row(buffers, t, slots, row)
-                episodes.extend((ret, length) for _, ret, length in step.episodes)
-            messages.send(RolloutDone(tuple(taken), episodes, dict(seconds)))
-            seconds = dict.fromkeys(seconds, 0.0)
+            episodes = roller.rollout(
+                lambda t, row, slots=slots: _write_row(buffers, t, slots, row))
+            messages.send(RolloutDone(tuple(taken), episodes, roller.take_seconds()))
     finally:
-        env.close()
+        roller.close()

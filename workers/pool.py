@@ -187,6 +187,10 @@ class ActorPool:
         out, self.actor_seconds = self.actor_seconds, {}
         return out
 
+    def stats(self) -> dict[str, float]:
+        """Backend scalars for TensorBoard (the Ray pool's; none here)."""
+        return {}
+
     def pids(self) -> list[int | None]:
         """The current actor processes' pids, by actor id."""
         return [a.process.pid for a in self.actors]

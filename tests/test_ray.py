@@ -1,0 +1,87 @@
+"""`--backend=ray` on a local Ray instance (2 cores), through the real entry point:
+CartPole learns, a killed Ray actor is replaced, SIGINT leaves a loadable checkpoint
+and no process or /dev/shm entry of ours, and runs resume across backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import psutil
+import pytest
+
+from tests.conftest import ROOT
+from tests.test_learning import solved_run
+from tests.test_lifecycle import (
+    learner_rows,
+    run_dir,
+    shm_entries,
+    start_main,
+    stop_and_check,
+    wait_for,
+)
+from training.checkpoint import load_checkpoint
+
+pytest.importorskip("ray", reason="--backend=ray needs ray (requirements.txt)")
+
+
+def ray_actor_processes() -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if "RayRoller" in " ".join(p.info["cmdline"] or []):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def resume(d: str, *flags: str) -> dict:
+    proc = subprocess.run([sys.executable, "main.py", "--op_mode=train_w_load",
+                           f"--load_model_url={d}", *flags], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.load(open(os.path.join(d, "summary.json")))
+
+
+def test_cartpole_reaches_475_with_ray_actors(results):
+    solved = solved_run(results, "CartPole-v1 --backend=ray", 500_000, "--env=CartPole-v1",
+                        "--backend=ray")
+    assert solved is not None and solved[0] <= 500_000
+
+
+def test_killed_ray_actor_is_replaced_and_the_run_completes(results):
+    proc = start_main("--env=CartPole-v1", "--backend=ray", "--worker_count=2",
+                      "--environment_max_steps=100000", f"--results_dir={results}")
+    wait_for(lambda: learner_rows(results) >= 5, 120, "5 updates")
+    actors = ray_actor_processes()
+    assert len(actors) == 2
+    actors[0].kill()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "died; Ray started" in out and "(1/3)" in out
+    summary = json.load(open(os.path.join(run_dir(results), "summary.json")))
+    assert summary["env_steps"] >= 100000 and summary["actor_restarts"] == 1
+    assert not ray_actor_processes()
+
+
+def test_sigint_stops_cleanly_and_runs_resume_across_backends(results):
+    shm_before = shm_entries()
+    proc = start_main("--env=CartPole-v1", "--backend=ray", "--worker_count=1",
+                      "--environment_max_steps=30000", f"--results_dir={results}")
+    wait_for(lambda: learner_rows(results) >= 5, 120, "5 updates")
+    out = stop_and_check(proc, [signal.SIGINT], results, shm_before, timeout=60)
+    assert proc.returncode == 0, out[-3000:]
+    assert not ray_actor_processes(), "a Ray actor outlived the run"
+    d = run_dir(results)
+    saved = load_checkpoint(d)["counters"]
+    assert saved["updates"] >= 5
+    local = resume(d, "--backend=local", "--environment_max_steps=40000")
+    assert local["env_steps"] >= 40000 and local["updates"] > saved["updates"]
+    back = resume(d, "--backend=ray", "--environment_max_steps=50000")
+    assert back["env_steps"] >= 50000 and back["updates"] > local["updates"]
+    assert load_checkpoint(d)["counters"]["resumes"] == 2
+    assert not ray_actor_processes()

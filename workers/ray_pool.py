@@ -1,0 +1,334 @@
+"""Actors on a Ray cluster (`--backend=ray`): the same envs and policy code as the
+actor processes (`workers.actor.Roller`), feeding the same learner.
+
+`RayActorPool` has `workers.pool.ActorPool`'s interface, so the learner, the
+replays and the batch mixer do not know which backend runs: `poll()` copies each
+rollout that arrived into a free slot of the learner's SlotPool and hands back its
+indices as a `FinishedRollout`.
+
+* Requests: each Ray actor (one CPU of a node, `max_restarts` restarts) has up to
+  `IN_FLIGHT` `rollout` calls outstanding; the learner waits on them with
+  `ray.wait` and re-sends as they come back.
+* Rollouts come back as numpy arrays `[T+1, E, ...]` (the fields of
+  workers/slots.py), with stacked frames sent once (`workers.codec`), the
+  episodes that ended and the actor's time split.
+* Weights: `RayWeights.publish` (after each update) only records the model and
+  version; the CPU parameters are `ray.put` once per `every` versions, when a
+  request is sent, and the reference rides along with it; an actor loads them
+  when the version is newer than the one it holds.
+* Rollouts whose oldest row was acted by weights more than `max_policy_lag`
+  updates old are dropped and counted (`stale_dropped`).
+* A lost actor is restarted by Ray (its calls meanwhile fail with
+  `ActorUnavailableError` and are sent again); the death shows as a new pid in its
+  results, is logged and counts toward `max_restarts` of the run, as with
+  processes. An actor whose call raised is restarted too, and counted once.
+* `close()` kills the actors and shuts down a Ray instance the pool started.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+import numpy as np
+import torch
+
+from workers.actor import ActorConfig, Roller
+from workers.codec import pack_frames, unpack_frames
+from workers.pool import ActorFailure, FinishedRollout, actor_seed
+
+IN_FLIGHT = 2  # rollout requests outstanding per actor
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class HeldWeights:
+    """What a Ray actor's policy pulls from (`workers.weights.SharedWeights`'s `pull`):
+    the newest (version, state dict) it was sent."""
+
+    def __init__(self):
+        self.version = -1
+        self.state: dict | None = None
+
+    def pull(self, model: torch.nn.Module, have: int) -> int:
+        if self.state is None or self.version <= have:
+            return have
+        model.load_state_dict(self.state)
+        return self.version
+
+
+class RayRoller:
+    """The body of a Ray actor: a `Roller` and a buffer `[T+1, E, ...]` per field."""
+
+    def __init__(self, cfg: ActorConfig, spec: dict, pixel_stack: int | None):
+        import dataclasses
+
+        import ray
+
+        torch.set_num_threads(1)
+        if ray.get_runtime_context().was_current_actor_reconstructed:  # a restart: new streams
+            cfg = dataclasses.replace(cfg, seed=cfg.seed + 1_000_003 * (1 + os.getpid() % 997))
+        self.cfg = cfg
+        self.pixel_stack = pixel_stack
+        self.weights = HeldWeights()
+        self.roller = Roller(cfg, self.weights)
+        e = cfg.envs_per_worker
+        self.buffers = {name: torch.zeros((shape[0], e, *shape[1:]), dtype=dtype)
+                        for name, (shape, dtype) in spec.items()}
+
+    def where(self) -> str:
+        import ray
+
+        return f"{os.uname().nodename} (node {ray.get_runtime_context().get_node_id()[:12]})"
+
+    def rollout(self, version: int, weights: list) -> dict:
+        """One rollout with the weights of `version` (`weights`: [an ObjectRef of the
+        state dict], in a list so that Ray passes the reference, fetched only when
+        newer than what is held)."""
+        if version > self.weights.version:
+            import ray
+
+            self.weights.state = ray.get(weights[0])
+            self.weights.version = version
+
+        def write(t, row):
+            for name, value in row.items():
+                self.buffers[name][t].copy_(value)
+
+        episodes = self.roller.rollout(write)
+        out = {name: b.numpy() for name, b in self.buffers.items() if name != "obs"}
+        obs = self.buffers["obs"].numpy()
+        if self.pixel_stack:
+            out["frames"], out["ends"] = pack_frames(obs)
+        else:
+            out["obs"] = obs
+        return {"fields": out, "episodes": episodes, "seconds": self.roller.take_seconds(),
+                "pid": os.getpid()}
+
+
+class RayWeights:
+    """The learner's side of the weights: `publish` is cheap; `ref()` puts the CPU
+    parameters into the object store once per `every` versions."""
+
+    def __init__(self, model: torch.nn.Module, every: int = 1):
+        self.model = model
+        self.every = every
+        self.version = -1
+        self._put: tuple[int, object] | None = None
+
+    def publish(self, model: torch.nn.Module, version: int) -> None:
+        self.model, self.version = model, version
+
+    def ref(self) -> tuple[int, object]:
+        """(version, ObjectRef) of the newest parameters put, putting them if they are
+        `every` versions behind (or none were put)."""
+        import ray
+
+        if self._put is None or self.version - self._put[0] >= self.every:
+            state = {k: v.detach().to("cpu", copy=True) for k, v in
+                     self.model.state_dict().items()}
+            self._put = (self.version, ray.put(state))
+        return self._put
+
+
+def init_ray(address: str, num_cpus: int, log) -> bool:
+    """Connect to Ray: `address` "" starts a local instance (returns True: the caller
+    shuts it down), "auto" or host:port joins a cluster and ships this directory
+    to its nodes (their Python packages must be installed, see the README)."""
+    import ray
+
+    common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING"}
+    if address:
+        ray.init(address=address, runtime_env={
+            "working_dir": ROOT, "excludes": [".venv", ".git", "results", "bench/curves",
+                                              "*.pt", "*.whl"]}, **common)
+        log.info(f"ray: joined the cluster at {address}: {ray.cluster_resources()}")
+        return False
+    ray.init(num_cpus=num_cpus, object_store_memory=512 * 2**20,
+             runtime_env={"env_vars": {"PYTHONPATH": ROOT}}, **common)
+    log.info(f"ray: started a local instance with {num_cpus} CPUs")
+    return True
+
+
+class RayActorPool:
+    """`workers.pool.ActorPool`'s interface over Ray actors (see the module docstring)."""
+
+    def __init__(self, cfg: ActorConfig, worker_count: int, slots, spec: dict,
+                 weights: RayWeights, log, max_restarts: int = 3, resumes: int = 0,
+                 address: str = "", max_policy_lag: int = 0, pixel_stack: int | None = None):
+        """`spec`: the slots' field -> (shape [T+1, ...], dtype) (`training.plan.RunPlan`);
+        `pixel_stack`: C where obs are stacked frames (sent once each), else None."""
+        self.cfg = cfg
+        self.spec = spec
+        self.worker_count = worker_count
+        self.slots = slots
+        self.weights = weights
+        self.log = log
+        self.max_restarts = max_restarts
+        self.resumes = resumes
+        self.address = address
+        self.max_policy_lag = max_policy_lag
+        self.pixel_stack = pixel_stack
+        self.restarts = 0
+        self.stale_dropped = 0  # rollouts over max_policy_lag
+        self.bytes_received = 0
+        self._stats_at = time.time()
+        self.actor_seconds: dict[str, float] = {}
+        self.actors: list = []
+        self.in_flight: dict = {}  # ObjectRef -> actor index
+        self._retry: list[tuple[float, int]] = []  # (when, actor index) to send again
+        self._pids: list[int | None] = [None] * worker_count  # of each actor's process
+        self._started_ray = False
+        self._closed = False
+
+    # --- starting --------------------------------------------------------------------
+    def start(self) -> None:
+        import ray
+
+        self._started_ray = init_ray(self.address, max(1, self.worker_count), self.log)
+        # Ray restarts a lost actor without limit; the run counts the deaths (a new pid
+        # in its results) against --max_actor_restarts, as with processes
+        remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RayRoller)
+        self.actors = []
+        for i in range(self.worker_count):
+            cfg = _with_seed(self.cfg, actor_seed(self.cfg.seed, i, 0, self.resumes))
+            self.actors.append(remote.remote(cfg, self.spec, self.pixel_stack))
+        for i, where in enumerate(ray.get([a.where.remote() for a in self.actors])):
+            self.log.info(f"ray actor {i}: {self.cfg.envs_per_worker} envs on {where}")
+
+    # --- feeding -----------------------------------------------------------------------
+    def _send(self, i: int) -> None:
+        version, ref = self.weights.ref()
+        self.in_flight[self.actors[i].rollout.remote(version, [ref])] = i
+
+    def grant(self) -> None:
+        """Keep `IN_FLIGHT` requests outstanding per actor (an actor that Ray is
+        restarting gets its requests again a little later)."""
+        now = time.time()
+        counts = [0] * len(self.actors)
+        for i in [*self.in_flight.values(), *(i for at, i in self._retry if at > now)]:
+            counts[i] += 1
+        self._retry = [(at, i) for at, i in self._retry if at > now]
+        for i, n in enumerate(counts):
+            for _ in range(IN_FLIGHT - n):
+                self._send(i)
+
+    def poll(self, timeout: float) -> list[FinishedRollout]:
+        """The rollouts that arrived within `timeout` s, each copied into free slots (a
+        rollout waits in Ray's object store while the slots are all in use)."""
+        import ray
+
+        if not self.in_flight:
+            time.sleep(timeout)
+            return []
+        ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight),
+                            timeout=timeout)
+        ready = set(ready)
+        out = []
+        for ref in [r for r in self.in_flight if r in ready]:  # in the order sent
+            if len(self.slots.free) < self.cfg.envs_per_worker:
+                break
+            i = self.in_flight.pop(ref)
+            try:
+                result = ray.get(ref)
+            except ray.exceptions.ActorUnavailableError:
+                self._retry.append((time.time() + 0.5, i))  # restarting: counted by its pid
+                continue
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+                self._lost(i, f"{type(e).__name__}: {_first_line(e)}",
+                           restart=isinstance(e, ray.exceptions.RayTaskError))
+                continue
+            if self._pids[i] is not None and result["pid"] != self._pids[i]:
+                self._lost(i, f"its process {self._pids[i]} died; Ray started "
+                              f"{result['pid']} in its place", restart=False)
+            self._pids[i] = result["pid"]
+            finished = self._store(result)
+            if finished is not None:
+                out.append(finished)
+        return out
+
+    def _store(self, result: dict) -> FinishedRollout | None:
+        fields = result["fields"]
+        self.bytes_received += sum(v.nbytes for v in fields.values())
+        for k, v in result["seconds"].items():
+            self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
+        oldest = int(fields["version"][:-1].min())
+        if self.max_policy_lag and self.weights.version - oldest > self.max_policy_lag:
+            self.stale_dropped += 1
+            return None
+        if self.pixel_stack:
+            fields = {**fields, "obs": unpack_frames(fields.pop("frames"), fields.pop("ends"),
+                                                     self.pixel_stack)}
+        taken = self.slots.take(self.cfg.envs_per_worker)
+        index = torch.tensor(taken, dtype=torch.int64)
+        with warnings.catch_warnings():  # Ray's arrays are read-only; they are only read
+            warnings.simplefilter("ignore", UserWarning)
+            for name, buffer in self.slots.buffers.items():
+                buffer.index_copy_(1, index, torch.from_numpy(np.ascontiguousarray(fields[name])))
+        return FinishedRollout(tuple(taken), result["episodes"])
+
+    def _lost(self, i: int, cause: str, restart: bool) -> None:
+        """Count a death of actor `i` (ActorFailure past `max_restarts`), and send its
+        request again; `restart`: it is alive but failed, so restart it first."""
+        import ray
+
+        self.restarts += 1
+        if self.restarts > self.max_restarts:
+            raise ActorFailure(f"ray actor {i}: {cause}\n{self.restarts} actor deaths, more "
+                               f"than --max_actor_restarts={self.max_restarts}: stopping the run")
+        self.log.warning(f"ray actor {i} lost ({cause}); Ray restarts it and its request is "
+                         f"sent again ({self.restarts}/{self.max_restarts})")
+        if restart:
+            ray.kill(self.actors[i], no_restart=False)
+            self._pids[i] = None  # the new process is not another death
+        self._retry.append((time.time() + 0.5, i))
+
+    # --- watching ----------------------------------------------------------------------
+    def check(self) -> None:
+        """Nothing to do: a lost actor shows up as an error of its request in `poll`."""
+
+    def take_actor_seconds(self) -> dict[str, float]:
+        out, self.actor_seconds = self.actor_seconds, {}
+        return out
+
+    def pids(self) -> list[int | None]:
+        return []  # Ray actors are not our processes; Ray watches them
+
+    def stats(self) -> dict[str, float]:
+        """`pipeline/` scalars since the previous call: rollout bytes per second taken
+        from the object store, and the rollouts dropped for their policy lag so far."""
+        now = time.time()
+        rate = self.bytes_received / max(now - self._stats_at, 1e-9)
+        self.bytes_received, self._stats_at = 0, now
+        return {"pipeline/ray_bytes_per_s": rate,
+                "pipeline/ray_stale_dropped": float(self.stale_dropped)}
+
+    # --- stopping ----------------------------------------------------------------------
+    def close(self, timeout: float = 10.0) -> list[FinishedRollout]:
+        """Kill the actors (requests in flight are dropped, uncounted) and shut down a
+        Ray instance this pool started."""
+        if self._closed:
+            return []
+        self._closed = True
+        try:
+            import ray
+
+            if ray.is_initialized():
+                for a in self.actors:
+                    ray.kill(a, no_restart=True)
+                if self._started_ray:
+                    ray.shutdown()
+        finally:
+            self.in_flight.clear()
+        return []
+
+
+def _with_seed(cfg: ActorConfig, seed: int) -> ActorConfig:
+    import dataclasses
+
+    return dataclasses.replace(cfg, seed=seed)
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
