@@ -66,6 +66,10 @@ flags.DEFINE_string("env", "PongNoFrameskip-v4",
                     "ShortCorridor-v0).")
 flags.DEFINE_integer("environment_max_steps", 10_000_000,
                      "Length of the run in env steps (agent decisions, not frames).")
+flags.DEFINE_float("stop_at_return", None, "Stop the run (with a checkpoint, exit 0) once the "
+                   "mean return of the last --stop_window training episodes reaches this; "
+                   "unset: run the whole budget.")
+flags.DEFINE_integer("stop_window", 100, "Episodes averaged for --stop_at_return (1-100).")
 flags.DEFINE_integer("skipped_frames", 4, "Atari frameskip: emulator frames per env step.")
 flags.DEFINE_integer("frames_stacked", 4, "Atari: observations stacked along channels.")
 flags.DEFINE_integer("noop_threshold", 30, "Atari: at most this many no-ops at a reset.")

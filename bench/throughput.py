@@ -1,6 +1,7 @@
 """Throughput of the pipeline against its parts, in one run, as JSON.
 
     python -m bench.throughput [--env=PongNoFrameskip-v4] [--steps=40000] [--repeats=1]
+                               [--backend=ray]
 
 Measured on the same env with the same worker_count x envs_per_worker, each
 using the whole machine, all in frames/s (env steps x frameskip):
@@ -16,6 +17,9 @@ using the whole machine, all in frames/s (env steps x frameskip):
                      reach if the machine did nothing but these three, one after another
     learner_fps_ppo, train_fps_ppo  the same two with --agent=ppo (its defaults: batch
                      32, 4 epochs x 4 minibatches per batch)
+    pipeline_fps_ray, train_fps_ray  with --backend=ray: the same two with the actors on
+                     a local Ray instance (ray_bytes_per_env_rollout: what one env's
+                     rollout costs through the object store), and their ratios to local
 and the ratios pipeline_over_ceiling, train_over_ceiling and train_over_bound.
 Start-up (process spawn, imports) is excluded: rates are taken from the first
 rollout received, or after a warm-up.
@@ -163,13 +167,15 @@ class DiscardingMixer:
     def set_updates(self, updates: int) -> None:
         pass
 
-    def release_all(self) -> None:
-        pass
+    def release_all(self) -> int:
+        return 0
 
 
-def learner_fps(cfg: Config, info, steps: int, train: bool) -> float:
+def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = None
+                ) -> float:
     """Frames/s of a run from its first rollout: training (`train`), or random actors
-    with the batches discarded."""
+    with the batches discarded. `wire`, with --backend=ray, receives the rollout bytes
+    and rollouts taken from Ray's object store."""
     with tempfile.TemporaryDirectory() as tmp:
         run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False)
         learner = build_learner(cfg, make_plan(cfg, info), run,
@@ -179,6 +185,9 @@ def learner_fps(cfg: Config, info, steps: int, train: bool) -> float:
         try:
             learner.run(max_env_steps=steps)
             t_end, steps_end = time.time(), learner.counters.env_steps
+            if wire is not None:
+                wire.update(bytes=learner.actors.bytes_total,
+                            rollouts=learner.actors.rollouts_total)
         finally:
             learner.close()
             run.close()
@@ -196,6 +205,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=1, help="runs; medians are reported")
     ap.add_argument("--learner_updates", type=int, default=20,
                     help="updates timed for learner_fps")
+    ap.add_argument("--backend", choices=("local", "ray"), default="local",
+                    help="ray: also pipeline_fps_ray and train_fps_ray, actors on a local "
+                         "Ray instance, and their ratios to the local figures")
     args = ap.parse_args()
     values = default_values(
         env=args.env,
@@ -221,12 +233,24 @@ def main() -> None:
                "train_fps_ppo": learner_fps(cfg_ppo, info, args.steps, train=True)}
         run["compute_bound_fps"] = 1.0 / sum(1.0 / run[k] for k in
                                              ("env_ceiling_fps", "inference_fps", "learner_fps"))
+        if args.backend == "ray":
+            cfg_ray, _ = make_config({**values, "backend": "ray"})
+            wire: dict = {}
+            run["pipeline_fps_ray"] = learner_fps(cfg_ray, info, args.steps, train=False,
+                                                  wire=wire)
+            run["ray_bytes_per_env_rollout"] = wire["bytes"] / max(
+                1, wire["rollouts"] * cfg.envs_per_worker)
+            run["train_fps_ray"] = learner_fps(cfg_ray, info, args.steps, train=True)
         runs.append(run)
     result = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
     result.update(
         pipeline_over_ceiling=round(result["pipeline_fps"] / result["env_ceiling_fps"], 3),
         train_over_ceiling=round(result["train_fps"] / result["env_ceiling_fps"], 3),
         train_over_bound=round(result["train_fps"] / result["compute_bound_fps"], 3),
+        **({"pipeline_ray_over_local": round(result["pipeline_fps_ray"]
+                                             / result["pipeline_fps"], 3),
+            "train_ray_over_local": round(result["train_fps_ray"] / result["train_fps"], 3)}
+           if args.backend == "ray" else {}),
         device=str(resolve_device(cfg.device)),
         train_fps_per_core=round(result["train_fps"] / (os.cpu_count() or 1), 1),
         env=cfg.env,

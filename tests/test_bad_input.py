@@ -42,7 +42,8 @@ CORPUS = [
     (["--rmsprop_eps=0"], "--rmsprop_eps"), (["--status_interval=0"], "--status_interval"),
     (["--gradient_clip_by_norm_threshold=-1"], "--gradient_clip_by_norm_threshold"),
     (["--max_actor_restarts=-1"], "--max_actor_restarts"),
-    (["--keep_checkpoints=0"], "--keep_checkpoints"),
+    (["--keep_checkpoints=0"], "--keep_checkpoints"), (["--stop_window=0"], "--stop_window"),
+    (["--ray_address=auto"], "--ray_address"), (["--backend=slurm"], "backend"),
     # unknown flags and stray arguments
     (["--no_such_flag=3"], "no_such_flag"), (["extra"], "unexpected arguments"),
     (["--replay_parameters=not", "json"], "--replay_parameters"),

@@ -57,6 +57,8 @@ class Config:
     render: bool
     env: str
     environment_max_steps: int
+    stop_at_return: float | None
+    stop_window: int
     skipped_frames: int
     frames_stacked: int
     noop_threshold: int
@@ -255,6 +257,9 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["lr"] > 0 and v["lr_end_value"] > v["lr"]:
         errors.append(f"--lr_end_value: {v['lr_end_value']} is above --lr={v['lr']}; "
                       "the schedule decays from lr to lr_end_value")
+    if not 1 <= v["stop_window"] <= 100:
+        errors.append(f"--stop_window: must be in [1, 100] (the recent returns kept), "
+                      f"got {v['stop_window']}")
     if not 0 <= v["seed"] < 2**30:
         errors.append(f"--seed: must be in [0, 2**30), got {v['seed']}")
     rap = v.get("repeat_action_probability")

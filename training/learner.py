@@ -4,8 +4,9 @@ Runs in the main process. One iteration: grant free slots to the actors, offer
 the finished rollouts to the replays, sample a batch when the replays are ready,
 take one agent step (`agents/agent.py`), publish the new weights, record finished
 episodes. A status line goes out every `status_interval` seconds, a checkpoint
-every `save_model_period` updates. The loop ends at `max_env_steps` or when
-`stop_requested()` says so (a signal). The parts are built and wired by
+every `save_model_period` updates. The loop ends at `max_env_steps`, when the
+recent mean return reaches `--stop_at_return`, or when `stop_requested()` says so
+(a signal). The parts are built and wired by
 `training/factory.py`; counting and reporting are `training/report.py`'s.
 """
 
@@ -71,6 +72,10 @@ class Learner:
         last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
         self._wait_since = time.perf_counter()
         while self.counters.env_steps < max_env_steps and not stop_requested():
+            if self.report.reached(cfg.stop_at_return, cfg.stop_window):
+                self.log.info(f"the mean return of the last {cfg.stop_window} episodes reached "
+                              f"--stop_at_return={cfg.stop_at_return}: stopping")
+                break
             self.actors.grant()
             self._receive(self.actors.poll(0.0 if self._batch_ready() else 0.05))
             if time.time() - last_check >= 1.0:

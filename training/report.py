@@ -104,6 +104,13 @@ class Report:
         """Seconds of training, over resumed runs too."""
         return self._wall_at_start + time.time() - self._t_start
 
+    def reached(self, target: float | None, window: int) -> bool:
+        """Whether the mean return of the last `window` (<= 100) episodes is >= `target`
+        (never with `target` None)."""
+        if target is None or len(self.returns) < window:
+            return False
+        return float(np.mean(list(self.returns)[-window:])) >= target
+
     def mean_return(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
 

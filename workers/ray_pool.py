@@ -171,7 +171,9 @@ class RayActorPool:
         self.pixel_stack = pixel_stack
         self.restarts = 0
         self.stale_dropped = 0  # rollouts over max_policy_lag
-        self.bytes_received = 0
+        self.bytes_received = 0  # since the last `stats()`
+        self.bytes_total = 0  # rollout bytes taken from the object store, and rollouts
+        self.rollouts_total = 0
         self._stats_at = time.time()
         self.actor_seconds: dict[str, float] = {}
         self.actors: list = []
@@ -249,7 +251,10 @@ class RayActorPool:
 
     def _store(self, result: dict) -> FinishedRollout | None:
         fields = result["fields"]
-        self.bytes_received += sum(v.nbytes for v in fields.values())
+        size = sum(v.nbytes for v in fields.values())
+        self.bytes_received += size
+        self.bytes_total += size
+        self.rollouts_total += 1
         for k, v in result["seconds"].items():
             self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
         oldest = int(fields["version"][:-1].min())
