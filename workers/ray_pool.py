@@ -27,6 +27,7 @@ indices as a `FinishedRollout`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import warnings
@@ -61,8 +62,6 @@ class RayRoller:
     """The body of a Ray actor: a `Roller` and a buffer `[T+1, E, ...]` per field."""
 
     def __init__(self, cfg: ActorConfig, spec: dict, pixel_stack: int | None):
-        import dataclasses
-
         import ray
 
         torch.set_num_threads(1)
@@ -193,7 +192,8 @@ class RayActorPool:
         remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RayRoller)
         self.actors = []
         for i in range(self.worker_count):
-            cfg = _with_seed(self.cfg, actor_seed(self.cfg.seed, i, 0, self.resumes))
+            cfg = dataclasses.replace(self.cfg,
+                                      seed=actor_seed(self.cfg.seed, i, 0, self.resumes))
             self.actors.append(remote.remote(cfg, self.spec, self.pixel_stack))
         for i, where in enumerate(ray.get([a.where.remote() for a in self.actors])):
             self.log.info(f"ray actor {i}: {self.cfg.envs_per_worker} envs on {where}")
@@ -326,12 +326,6 @@ class RayActorPool:
         finally:
             self.in_flight.clear()
         return []
-
-
-def _with_seed(cfg: ActorConfig, seed: int) -> ActorConfig:
-    import dataclasses
-
-    return dataclasses.replace(cfg, seed=seed)
 
 
 def _first_line(error: Exception) -> str:
