@@ -27,7 +27,7 @@ import re
 import numpy as np
 import torch
 
-from training.files import atomic_write, fsync_dir
+from training.files import atomic_write, fsync_path
 
 FORMAT_VERSION = 1
 LATEST = "checkpoint.pt"
@@ -38,23 +38,28 @@ class CheckpointError(Exception):
     pass
 
 
+def _point_latest_at(run_path: str, path: str) -> None:
+    """Make `checkpoint.pt` a hard link to `path`, replaced atomically."""
+    latest = os.path.join(run_path, LATEST)
+    link_tmp = f"{latest}.tmp"
+    if os.path.lexists(link_tmp):
+        os.remove(link_tmp)
+    os.link(path, link_tmp)
+    os.replace(link_tmp, latest)
+
+
 def save_checkpoint(run_path: str, updates: int, state: dict, keep: int = 3) -> str:
     """Write a checkpoint of `state` in `run_path`; returns the path of checkpoint.pt."""
     name = os.path.join(run_path, f"checkpoint_{updates:09d}.pt")
     atomic_write(name, lambda f: torch.save({"format_version": FORMAT_VERSION, **state}, f),
                  sync_dir=False)  # one fsync of the directory below covers both renames
-    latest = os.path.join(run_path, LATEST)
-    link_tmp = f"{latest}.tmp"
-    if os.path.lexists(link_tmp):
-        os.remove(link_tmp)
-    os.link(name, link_tmp)
-    os.replace(link_tmp, latest)
-    fsync_dir(run_path)
+    _point_latest_at(run_path, name)
+    fsync_path(run_path)
     numbered = sorted(p for p in glob.glob(os.path.join(run_path, "checkpoint_*.pt"))
                       if _NUMBERED.search(p))
     for old in numbered[:-keep]:
         os.remove(old)
-    return latest
+    return os.path.join(run_path, LATEST)
 
 
 def start_branch(run_path: str, loaded: str, updates: int) -> list[str]:
@@ -72,12 +77,8 @@ def start_branch(run_path: str, loaded: str, updates: int) -> list[str]:
             moved.append(os.path.basename(path))
     latest = os.path.join(run_path, LATEST)
     if os.path.abspath(loaded) != os.path.abspath(latest) and os.path.exists(loaded):
-        link_tmp = f"{latest}.tmp"
-        if os.path.lexists(link_tmp):
-            os.remove(link_tmp)
-        os.link(loaded, link_tmp)
-        os.replace(link_tmp, latest)
-    fsync_dir(run_path)
+        _point_latest_at(run_path, loaded)
+    fsync_path(run_path)
     return moved
 
 

@@ -7,7 +7,8 @@ that fails or is killed leaves at most the stray `<path>.tmp`.
     atomic_write_text   text as given (newline=""), e.g. CSV rows ending in \\r\\n
     atomic_write        bytes from write_fn(file), e.g. torch.save; then the directory is
                         fsynced, so the rename itself survives a crash
-    fsync_dir           fsync of a directory, for callers that rename more than one file
+    fsync_path          fsync of a file or directory by name (a directory, for callers that
+                        rename more than one file)
 
 Used by training/run_dir.py (flags.json, summary.json, cut CSVs), training/checkpoint.py
 (checkpoint_<updates>.pt) and the sweeps (sweeps/directory.py's sweep_summary.csv,
@@ -26,7 +27,7 @@ def atomic_write(path: str, write_fn: Callable[[BinaryIO], object], *,
     """Replace `path` with the bytes `write_fn` writes into the binary file it is given.
 
     With `sync_dir` (the default) the directory is fsynced after the rename; a caller that
-    renames more files may pass False and call `fsync_dir` once after the last.
+    renames more files may pass False and call `fsync_path` once after the last.
     """
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
@@ -35,27 +36,20 @@ def atomic_write(path: str, write_fn: Callable[[BinaryIO], object], *,
         os.fsync(f.fileno())
     os.replace(tmp, path)
     if sync_dir:
-        fsync_dir(os.path.dirname(path) or ".")
+        fsync_path(os.path.dirname(path) or ".")
 
 
-def fsync_dir(path: str) -> None:
-    """fsync a directory: its entries (renames, links) reach the disk."""
+def fsync_path(path: str) -> None:
+    """fsync a file or a directory by name: a file's data (any descriptor of it syncs
+    them), a directory's entries (renames, links) reach the disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
 
 
 def atomic_write_text(path: str, text: str) -> None:
     """Replace `path` with `text` in UTF-8, written as given (no newline translation)."""
     atomic_write(path, lambda f: f.write(text.encode("utf-8")), sync_dir=False)
-
-
-def fsync_path(path: str) -> None:
-    """fsync a file by name (any descriptor of a file syncs its data)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
