@@ -82,6 +82,7 @@ class Config:
     backend: str
     ray_address: str
     max_policy_lag: int
+    ray_in_flight: int
     ray_weights_every: int
     replay_parameters: str
     training_fill_in_factor: float
@@ -164,7 +165,7 @@ IMPALA_ONLY = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advanta
                "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
 
 
-RAY_ONLY = ("ray_address", "max_policy_lag", "ray_weights_every")
+RAY_ONLY = ("ray_address", "max_policy_lag", "ray_weights_every", "ray_in_flight")
 
 
 def _ignored_flags(values: dict, given: set[str]) -> list[str]:
@@ -225,7 +226,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                  "hidden_size", "lr", "save_model_period", "status_interval",
                  "test_episode_count", "keep_checkpoints", "cache_output_buffer_size",
                  "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
-                 "ray_weights_every"):
+                 "ray_weights_every", "ray_in_flight"):
         positive(name)
     if v.get("backend", "local") == "ray" and importlib.util.find_spec("ray") is None:
         errors.append("--backend: ray is not installed in this environment; run "

@@ -129,7 +129,8 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
         actors = RayActorPool(actor_config(cfg, info, policy), cfg.worker_count, slots,
                               plan.spec, weights, run.log, cfg.max_actor_restarts,
                               resumes=report.counters.resumes, address=cfg.ray_address,
-                              max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack)
+                              max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
+                              in_flight=cfg.ray_in_flight)
     else:
         weights = SharedWeights(agent.model)
         actors = ActorPool(mp.get_context("spawn"), actor_config(cfg, info, policy),

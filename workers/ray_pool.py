@@ -6,9 +6,10 @@ replays and the batch mixer do not know which backend runs: `poll()` copies each
 rollout that arrived into a free slot of the learner's SlotPool and hands back its
 indices as a `FinishedRollout`.
 
-* Requests: each Ray actor (one CPU of a node, `max_restarts` restarts) has up to
-  `IN_FLIGHT` `rollout` calls outstanding; the learner waits on them with
-  `ray.wait` and re-sends as they come back.
+* Requests: each Ray actor (one CPU of a node) has `in_flight` `rollout` calls
+  outstanding; the learner waits on them with `ray.wait` and re-sends as they
+  come back. A queued call acts with the weights of when it was sent, so more
+  than one adds policy lag: 1 (the default) starts each rollout from the newest.
 * Rollouts come back as numpy arrays `[T+1, E, ...]` (the fields of
   workers/slots.py), with stacked frames sent once (`workers.codec`), the
   episodes that ended and the actor's time split.
@@ -39,7 +40,6 @@ from workers.actor import ActorConfig, Roller
 from workers.codec import pack_frames, unpack_frames
 from workers.pool import ActorFailure, FinishedRollout, actor_seed
 
-IN_FLIGHT = 2  # rollout requests outstanding per actor
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -154,7 +154,8 @@ class RayActorPool:
 
     def __init__(self, cfg: ActorConfig, worker_count: int, slots, spec: dict,
                  weights: RayWeights, log, max_restarts: int = 3, resumes: int = 0,
-                 address: str = "", max_policy_lag: int = 0, pixel_stack: int | None = None):
+                 address: str = "", max_policy_lag: int = 0, pixel_stack: int | None = None,
+                 in_flight: int = 1):
         """`spec`: the slots' field -> (shape [T+1, ...], dtype) (`training.plan.RunPlan`);
         `pixel_stack`: C where obs are stacked frames (sent once each), else None."""
         self.cfg = cfg
@@ -168,6 +169,7 @@ class RayActorPool:
         self.address = address
         self.max_policy_lag = max_policy_lag
         self.pixel_stack = pixel_stack
+        self.in_flight_per_actor = in_flight
         self.restarts = 0
         self.stale_dropped = 0  # rollouts over max_policy_lag
         self.bytes_received = 0  # since the last `stats()`
@@ -204,7 +206,7 @@ class RayActorPool:
         self.in_flight[self.actors[i].rollout.remote(version, [ref])] = i
 
     def grant(self) -> None:
-        """Keep `IN_FLIGHT` requests outstanding per actor (an actor that Ray is
+        """Keep `in_flight` requests outstanding per actor (an actor that Ray is
         restarting gets its requests again a little later)."""
         now = time.time()
         counts = [0] * len(self.actors)
@@ -212,7 +214,7 @@ class RayActorPool:
             counts[i] += 1
         self._retry = [(at, i) for at, i in self._retry if at > now]
         for i, n in enumerate(counts):
-            for _ in range(IN_FLIGHT - n):
+            for _ in range(self.in_flight_per_actor - n):
                 self._send(i)
 
     def poll(self, timeout: float) -> list[FinishedRollout]:
