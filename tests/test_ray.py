@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import psutil
-import pytest
 
 from tests.conftest import ROOT
 from tests.test_learning import solved_run
@@ -24,8 +23,6 @@ from tests.test_lifecycle import (
     wait_for,
 )
 from training.checkpoint import load_checkpoint
-
-pytest.importorskip("ray", reason="--backend=ray needs ray (requirements.txt)")
 
 
 def ray_actor_processes() -> list[psutil.Process]:

@@ -45,7 +45,8 @@ class Learner:
         self.report = report
         self.log = report.log
         self.prefetcher: Prefetcher | None = None
-        self._dropped = [int(r.stats().get("dropped", 0)) for r in mixer.replays]  # logged
+        self._dropped = self.replay_dropped()  # as last logged
+        self._reached = False  # the recent mean return reached --stop_at_return
         self.stop_losses: dict[str, int] = {}  # what the stop lost (`close`)
         self._wait_since = time.perf_counter()  # when the learner began waiting for a batch
 
@@ -72,7 +73,7 @@ class Learner:
         last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
         self._wait_since = time.perf_counter()
         while self.counters.env_steps < max_env_steps and not stop_requested():
-            if self.report.reached(cfg.stop_at_return, cfg.stop_window):
+            if self._reached:
                 self.log.info(f"the mean return of the last {cfg.stop_window} episodes reached "
                               f"--stop_at_return={cfg.stop_at_return}: stopping")
                 break
@@ -111,6 +112,9 @@ class Learner:
                 self.mixer.add(i)
             self.report.rollouts(self.cfg.r_f_steps * len(rollout.indices))
             self.report.episodes(rollout.episodes)
+            if rollout.episodes:  # the stop target changes only with new episodes
+                self._reached = self.report.reached(self.cfg.stop_at_return,
+                                                    self.cfg.stop_window)
 
     def _update(self, batch: dict[str, torch.Tensor]) -> None:
         t0 = time.perf_counter()
@@ -125,21 +129,26 @@ class Learner:
     # --- reporting and checkpoints ------------------------------------------------
     def status(self) -> None:
         self.report.pipeline.add_actor_times(self.actors.take_actor_seconds())
-        for i, r in enumerate(self.mixer.replays):
-            dropped = int(r.stats().get("dropped", 0))
-            if dropped > self._dropped[i]:
-                self.log.warning(f"replay {i} ({r.describe()}): {dropped - self._dropped[i]} "
-                                 f"rollouts not stored since the last status, {dropped} in "
-                                 "all: its frame pool was full (replay/storage.py)")
-                self._dropped[i] = dropped
+        dropped = self.replay_dropped()
+        for i, (r, now, before) in enumerate(zip(self.mixer.replays, dropped, self._dropped,
+                                                strict=True)):
+            if now > before:
+                self.log.warning(f"replay {i} ({r.describe()}): {now - before} rollouts not "
+                                 f"stored since the last status, {now} in all: its frame pool "
+                                 "was full (replay/storage.py)")
+        self._dropped = dropped
         extra = {**metrics.replay_scalars(self.mixer.replays, len(self.slots.free)),
                  **self.actors.stats(),
                  **self.report.system.sample(os.getpid(), self.actors.pids())}
         self.report.status(extra, self.actors.restarts, {"replay_dropped": self._dropped})
 
+    def replay_dropped(self) -> list[int]:
+        """Per replay: rollouts its frame pool had no room for, so far."""
+        return [int(r.stats().get("dropped", 0)) for r in self.mixer.replays]
+
     def summary(self) -> dict:
         return {**self.report.summary(self.actors.restarts),
-                "replay_dropped": [int(r.stats().get("dropped", 0)) for r in self.mixer.replays],
+                "replay_dropped": self.replay_dropped(),
                 **({"stop": self.stop_losses} if self.stop_losses else {})}
 
     def save(self) -> str:
