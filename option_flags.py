@@ -111,6 +111,10 @@ flags.DEFINE_integer("max_actor_restarts", 3,
 flags.DEFINE_enum("backend", "local", ["local", "ray"],
                   "Where the actors run: local processes with shared-memory rollouts, or Ray "
                   "actors (README: More than one machine).")
+_define_bool("serial", False,
+             "Step the actors inline in the learner's process in a fixed order (Sample "
+             "Factory's serial mode): with the same --seed a run repeats bit for bit on the "
+             "same machine. Slower than actor processes; for tests and debugging.")
 flags.DEFINE_string("ray_address", "", "--backend=ray: empty starts a local Ray instance; "
                     "'auto' or host:port joins a running cluster.")
 flags.DEFINE_integer("max_policy_lag", 100, "--backend=ray: rollouts acted by weights more "
@@ -171,6 +175,14 @@ _define_bool("clip_rewards", None, "Clip rewards for learning; auto: on for Atar
 _define_bool("normalize_advantages", False,
              "Scale each batch's policy-gradient advantages to mean 0, std 1. "
              "With RMSProp at the pixel defaults it collapsed Pong's policy in 25 updates.")
+_define_bool("normalize_input", None,
+             "Normalise observations by running per-element mean and std, clipped to +-5 "
+             "(Sample Factory's normalize_input); the statistics are published to the actors "
+             "with the weights. Fixed for a run.")
+_define_bool("normalize_returns", None,
+             "Train the value head on returns normalised by their running mean and std "
+             "(Sample Factory's normalize_returns); the model still outputs values in return "
+             "units. Fixed for a run.")
 flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
                   ["abs_one_sign", "abs_one_clamp", "soft_asymmetric"], "How rewards are clipped.")
 

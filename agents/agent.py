@@ -22,6 +22,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
+from agents.normalize import update_inputs
+
 # fields the losses read; the rest of a batch stays where it is
 LOSS_FIELDS = ("obs", "action", "logits", "value", "reward", "done", "truncated",
                "bootstrap_value", "replayed")
@@ -84,8 +86,10 @@ class Agent:
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
-        1) of the learning-rate schedule. Statistics: the algorithm's, plus lr and
-        step_over_lr, the RMS of the parameter change of the whole update over lr:
+        1) of the learning-rate schedule, after folding its observations (rows
+        0..T-1) into the model's input statistics, if it normalises inputs.
+        Statistics: the algorithm's, plus lr and step_over_lr, the RMS of the
+        parameter change of the whole update over lr:
         about 1 per normalised RMSProp/Adam step, far below 1 where eps dominates the
         denominator."""
         o = self.optim
@@ -94,6 +98,7 @@ class Agent:
         lr = polynomial_lr(o.lr, o.lr_end_value, progress, o.lr_decay_power)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        update_inputs(self.model, batch["obs"][:-1])
         before = parameters_to_vector(self.model.parameters()).detach().clone()
         stats = self.train(batch)
         change = parameters_to_vector(self.model.parameters()).detach() - before

@@ -18,6 +18,7 @@ from torch import nn
 
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
+from agents.normalize import update_returns, value_scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +123,10 @@ def impala_loss(
         cfg: loss weights, discount and clipping.
     Returns:
         (scalar loss with gradient, dict of float statistics).
+
+    With return normalisation (`model.return_norm`) the value error is divided by
+    the running std of the returns (the loss of the normalised prediction), and the
+    batch's V-trace targets are then folded into those statistics.
     """
     obs = batch["obs"]
     t1, b = obs.shape[:2]
@@ -157,7 +162,8 @@ def impala_loss(
     if cfg.normalize_advantages:
         advantages = normalize(advantages, weight)
     pg_loss = -(vt.target_action_log_probs * advantages * weight).sum() / denom
-    value_loss = 0.5 * ((vt.vs - values[:-1]).pow(2) * weight).sum() / denom
+    scale = value_scale(model)
+    value_loss = 0.5 * (((vt.vs - values[:-1]) / scale).pow(2) * weight).sum() / denom
     entropy = (categorical_entropy(target_log_probs) * weight).sum() / denom
     loss = (
         cfg.policy_gradient_loss_weight * pg_loss
@@ -178,6 +184,7 @@ def impala_loss(
         # on rollouts not trained on yet (each is taken into a step once)
         "explained_variance": explained_variance(values[:-1].detach(), vt.vs),
     }
+    update_returns(model, vt.vs)
     if mask is not None:
         stats["masked_fraction"] = 1.0 - mask.mean().item()
     replayed = batch.get("replayed")

@@ -8,6 +8,10 @@ path (`hidden_size` = H wide), which the replays may use as features:
     forward_with_hidden(obs) -> (logits [N, A], value [N], hidden float32 [N, H])
 Pixels arrive as uint8 [N, C, H, W] and are scaled to [0, 1] inside the model, so
 uint8 travels all the way from the emulator to the first convolution.
+
+Every net can normalise its inputs and its value by running statistics
+(`normalize_input`, `normalize_returns`; see `agents/normalize.py`): the value
+head then predicts normalised values and `forward` returns them in return units.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ import math
 
 import torch
 from torch import nn
+
+from agents.normalize import RunningMeanStd
 
 
 def orthogonal_init(model: nn.Module, policy: nn.Linear, baseline: nn.Linear) -> None:
@@ -31,15 +37,40 @@ def orthogonal_init(model: nn.Module, policy: nn.Linear, baseline: nn.Linear) ->
     nn.init.orthogonal_(baseline.weight, 1.0)
 
 
-class NatureCNN(nn.Module):
+class ActorCritic(nn.Module):
+    """What the nets share: the optional running normalisers of inputs (`obs_norm`)
+    and returns (`return_norm`), None when off."""
+
+    def _normalizers(self, obs_shape: tuple[int, ...], normalize_input: bool,
+                     normalize_returns: bool) -> None:
+        self.obs_norm = RunningMeanStd(obs_shape) if normalize_input else None
+        self.return_norm = RunningMeanStd(()) if normalize_returns else None
+
+    def scale_input(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [N, *obs_shape] as the float the net reads, before normalisation."""
+        return obs.float()
+
+    def _input(self, obs: torch.Tensor) -> torch.Tensor:
+        x = self.scale_input(obs)
+        return x if self.obs_norm is None else self.obs_norm.normalize(x)
+
+    def _value(self, head: torch.Tensor) -> torch.Tensor:
+        """The value head's output [N, 1] -> V [N] in return units."""
+        v = head.squeeze(-1)
+        return v if self.return_norm is None else self.return_norm.denormalize(v)
+
+
+class NatureCNN(ActorCritic):
     """Mnih et al. (2015) torso with policy and value heads.
 
     Input: uint8 [N, C, H, W] (C = stacked frames). Output: logits [N, A], value [N];
     `forward_with_hidden` adds the fc output float32 [N, hidden_size] (after its ReLU).
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 512):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 512,
+                 normalize_input: bool = False, normalize_returns: bool = False):
         super().__init__()
+        self._normalizers(obs_shape, normalize_input, normalize_returns)
         c, h, w = obs_shape
         self.hidden_size = hidden_size
         self.torso = nn.Sequential(
@@ -58,22 +89,24 @@ class NatureCNN(nn.Module):
         self.baseline = nn.Linear(hidden_size, 1)
         orthogonal_init(self, self.policy, self.baseline)
 
+    def scale_input(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs.float().mul_(1.0 / 255.0)
+
     def _hidden(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float().mul_(1.0 / 255.0)
-        return self.fc(self.torso(x))
+        return self.fc(self.torso(self._input(obs)))
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = self._hidden(obs)
-        return self.policy(h), self.baseline(h).squeeze(-1)
+        return self.policy(h), self._value(self.baseline(h))
 
     def forward_with_hidden(self, obs: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(logits [N, A], value [N], hidden [N, hidden_size]), one pass."""
         h = self._hidden(obs)
-        return self.policy(h), self.baseline(h).squeeze(-1), h
+        return self.policy(h), self._value(self.baseline(h)), h
 
 
-class MinAtarCNN(nn.Module):
+class MinAtarCNN(ActorCritic):
     """The MinAtar baseline's torso (Young & Tian, 2019): one 3x3 convolution with 16
     channels over the 10x10 grid, then a `hidden_size` fully connected layer, with
     policy and value heads.
@@ -83,8 +116,10 @@ class MinAtarCNN(nn.Module):
     output float32 [N, hidden_size] (after its ReLU).
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 256):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 256,
+                 normalize_input: bool = False, normalize_returns: bool = False):
         super().__init__()
+        self._normalizers(obs_shape, normalize_input, normalize_returns)
         c, h, w = obs_shape
         self.hidden_size = hidden_size
         self.torso = nn.Sequential(
@@ -96,13 +131,13 @@ class MinAtarCNN(nn.Module):
         orthogonal_init(self, self.policy, self.baseline)
 
     def _hidden(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.torso(obs.float()))
+        return self.fc(self.torso(self._input(obs)))
 
     forward = NatureCNN.forward
     forward_with_hidden = NatureCNN.forward_with_hidden
 
 
-class MLP(nn.Module):
+class MLP(ActorCritic):
     """Separate two-layer tanh torsos for the policy and the value (as CleanRL does
     for vector tasks: value gradients, of the scale of the returns, do not swamp
     the policy's features).
@@ -111,8 +146,10 @@ class MLP(nn.Module):
     adds the policy torso's output float32 [N, hidden_size] (after its tanh).
     """
 
-    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64):
+    def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64,
+                 normalize_input: bool = False, normalize_returns: bool = False):
         super().__init__()
+        self._normalizers(obs_shape, normalize_input, normalize_returns)
         n_in = int(math.prod(obs_shape))
         self.hidden_size = hidden_size
 
@@ -139,9 +176,9 @@ class MLP(nn.Module):
     def forward_with_hidden(self, obs: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(logits [N, A], value [N], hidden [N, hidden_size]), one pass."""
-        x = obs.float()
+        x = self._input(obs)
         h = self.policy_torso(x)
-        value = self.baseline(self.value_torso(x)).squeeze(-1)
+        value = self._value(self.baseline(self.value_torso(x)))
         return self.policy(h), value, h
 
 
@@ -149,14 +186,15 @@ class MLP(nn.Module):
 NATURE_MIN_SIZE = 36
 
 
-def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int) -> nn.Module:
+def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
+                normalize_input: bool = False, normalize_returns: bool = False) -> nn.Module:
     """The Nature CNN for [C, H, W] observations of 36x36 or more (Atari), the MinAtar
     conv net for smaller grids, the MLP for anything flatter."""
     if len(obs_shape) == 3:
-        if min(obs_shape[1:]) >= NATURE_MIN_SIZE:
-            return NatureCNN(obs_shape, num_actions, hidden_size)
-        return MinAtarCNN(obs_shape, num_actions, hidden_size)
-    return MLP(obs_shape, num_actions, hidden_size)
+        net = NatureCNN if min(obs_shape[1:]) >= NATURE_MIN_SIZE else MinAtarCNN
+    else:
+        net = MLP
+    return net(obs_shape, num_actions, hidden_size, normalize_input, normalize_returns)
 
 
 @torch.no_grad()

@@ -31,6 +31,10 @@ learner takes `epochs` x `minibatches` steps on each batch `[T+1, B, ...]`.
      cliprange 0.1 for the value clip, on pixels) as our flags' defaults.
    With `value_clip` > 0 the value loss is max((V - R)^2, (V_clipped - R)^2), V
    clipped to within value_clip of the values of step 1 (as PPO2 does).
+   With return normalisation (`model.return_norm`, Sample Factory's
+   `normalize_returns`) the targets R of step 2 are folded into the running
+   statistics first, and V, R and the clip are in units of their std: the loss of
+   the normalised value prediction.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from agents.impala import (
     explained_variance,
     transition_targets,
 )
+from agents.normalize import update_returns, value_scale
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +161,8 @@ class PPOAgent(Agent):
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         objective, active = policy_objective(log_ratio, adv, kl, cfg)
         pg_loss = -objective.mean()
+        scale = value_scale(self.model)
+        values, returns, old_values = values / scale, returns / scale, old_values / scale
         value_err = (values - returns).pow(2)
         if cfg.value_clip > 0:
             clipped = old_values + (values - old_values).clamp(-cfg.value_clip, cfg.value_clip)
@@ -171,6 +178,7 @@ class PPOAgent(Agent):
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         cfg = self.cfg
         adv, returns, old_values = self.targets(batch)
+        update_returns(self.model, returns)
         b = adv.shape[1]
         n = min(cfg.minibatches, b)
         totals: dict[str, float] = {}

@@ -85,13 +85,14 @@ def env_ceiling_fps(cfg: Config, info, seconds: float) -> float:
     return sum(s / t for s, t in results) * info.frames_per_step
 
 
-def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, n_envs, seconds, out):
+def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, normalize, n_envs, seconds,
+                      out):
     import torch
 
     from agents.networks import build_model
 
     torch.set_num_threads(1)
-    model = build_model(obs_shape, num_actions, hidden).eval()
+    model = build_model(obs_shape, num_actions, hidden, *normalize).eval()
     dtype = torch.uint8 if obs_dtype == "uint8" else torch.float32
     obs = (torch.randint(0, 255, (n_envs, *obs_shape)) if dtype == torch.uint8
            else torch.randn(n_envs, *obs_shape)).to(dtype)
@@ -111,7 +112,8 @@ def inference_fps(cfg: Config, info, seconds: float) -> float:
     out = ctx.Queue()
     procs = [ctx.Process(target=_inference_worker,
                          args=(info.obs_shape, info.obs_dtype, info.num_actions,
-                               cfg.hidden_size, cfg.envs_per_worker, seconds, out))
+                               cfg.hidden_size, (cfg.normalize_input, cfg.normalize_returns),
+                               cfg.envs_per_worker, seconds, out))
              for _ in range(cfg.worker_count)]
     for p in procs:
         p.start()

@@ -44,6 +44,8 @@ CORPUS = [
     (["--max_actor_restarts=-1"], "--max_actor_restarts"),
     (["--keep_checkpoints=0"], "--keep_checkpoints"), (["--stop_window=0"], "--stop_window"),
     (["--ray_address=auto"], "--ray_address"), (["--backend=slurm"], "backend"),
+    (["--serial", "--backend=ray"], "--serial"), (["--serial", "--caching"], "--serial"),
+    (["--normalize_input=sometimes"], "--normalize_input"),
     # unknown flags and stray arguments
     (["--no_such_flag=3"], "no_such_flag"), (["extra"], "unexpected arguments"),
     (["--replay_parameters=not", "json"], "--replay_parameters"),
@@ -83,6 +85,20 @@ CORPUS = [
     ([rp(Q % "0.5", E % '"sample_strategy": "nope"')], "--replay_parameters"),
     ([rp(Q % "0.5", E % '"dist_function": "manhattan"')], "--replay_parameters"),
     ([rp(Q % "0.5", E % '"p": -1')], "--replay_parameters"),
+    # envs, replays that cannot be composed, missing checkpoints, sizes
+    (["--env=NoSuchGame-v9"], "--env"), (["--env=ALE/NoSuchGame-v5"], "--env"),
+    (["--replay_parameters=[{\"type\": \"queue\""], "--replay_parameters"),
+    ([rp('{"type": "standard", "capacity": 9, "sample_ratio": 1}')], "--replay_parameters"),
+    (["--batch_size=abc"], "batch_size"), (["--op_mode=test"], "--load_model_url"),
+    (["--op_mode=train_w_load", "--load_model_url=/no/such/run"], "--load_model_url"),
+    (["--lr=0.001", "--lr_end_value=0.01"], "--lr_end_value"),
+    (["--rmsprop_alpha=1.5"], "--rmsprop_alpha"),
+    (["--agent=ppo", "--ppo_minibatches=64"], "--ppo_minibatches"),
+    (["--agent=truly_ppo", "--gae_lambda=1.5"], "--gae_lambda"),
+    (["--r_f_steps=100000000", "--batch_size=1000"], "--r_f_steps"),
+    ([rp('{"type": "queue", "sample_ratio": 0.5}',
+         '{"type": "standard", "capacity": 50000000, "sample_ratio": 0.5}')],
+     "lower 'capacity'"),
 ]
 
 

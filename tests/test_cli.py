@@ -1,5 +1,6 @@
-"""The real entry point: bad flags exit 2 and write nothing; a Pong smoke run
-leaves every file of the run directory; test mode plays a saved agent."""
+"""The real entry point: bad flags exit 2 and write nothing (one real subprocess;
+the cases are in-process, in tests/test_bad_input.py); a Pong smoke run leaves
+every file of the run directory; test mode plays a saved agent."""
 
 from __future__ import annotations
 
@@ -15,40 +16,6 @@ from tests.conftest import run_main
 
 RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.log",
              "checkpoint.pt"]
-
-
-@pytest.mark.parametrize(
-    "args, flag",
-    [
-        (["--env=NoSuchGame-v9"], "--env"),
-        (["--env=ALE/NoSuchGame-v5"], "--env"),
-        (["--replay_parameters=[{\"type\": \"queue\""], "--replay_parameters"),
-        (['--replay_parameters=[{"type": "queue", "capacity": 1, "sample_ratio": 0.9}]'],
-         "--replay_parameters"),
-        (['--replay_parameters=[{"type": "standard", "capacity": 9, "sample_ratio": 1}]'],
-         "--replay_parameters"),
-        (["--batch_size=-4"], "--batch_size"),
-        (["--batch_size=abc"], "batch_size"),
-        (["--op_mode=test"], "--load_model_url"),
-        (["--op_mode=train_w_load", "--load_model_url=/no/such/run"], "--load_model_url"),
-        (["--no_such_flag=1"], "no_such_flag"),
-        (["--lr=nan"], "--lr"),
-        (["--lr=0.001", "--lr_end_value=0.01"], "--lr_end_value"),
-        (["--seed=-3"], "--seed"),
-        (["--rmsprop_alpha=1.5"], "--rmsprop_alpha"),
-        (["--agent=ppo", "--ppo_minibatches=64"], "--ppo_minibatches"),
-        (["--agent=sarsa"], "agent"),
-        (["--agent=truly_ppo", "--gae_lambda=1.5"], "--gae_lambda"),
-        (["--r_f_steps=100000000", "--batch_size=1000"], "--r_f_steps"),
-        (['--replay_parameters=[{"type": "queue", "sample_ratio": 0.5}, {"type": "standard", '
-          '"capacity": 50000000, "sample_ratio": 0.5}]'], "lower 'capacity'"),
-    ],
-)
-def test_bad_flags_exit_2_and_write_nothing(results, args, flag):
-    proc = run_main("--env=CartPole-v1", *args, f"--results_dir={results}", timeout=60)
-    assert proc.returncode == 2, proc.stderr
-    assert flag in proc.stderr
-    assert not os.path.exists(results)
 
 
 def test_every_error_is_reported_at_once(results):

@@ -1,5 +1,11 @@
 """Learning against known optima, through the real entry point in a subprocess.
 
+Every run here is `--serial` (workers/serial_pool.py) with one learner thread: the
+same command gives the same curve bit for bit on the same machine
+(tests/test_serial.py), so a threshold is a fixed result, not a draw. One thread,
+because two OpenMP threads spinning beside anything else on 2 cores made a serial
+CartPole run 7 times slower (76 s against 11 s, measured).
+
 * Short corridor (Sutton & Barto, Example 13.1): with gamma = 1 and no entropy
   bonus the learned p(right) must be within 0.03 of 2 - sqrt(2) ~= 0.586.
 * CartPole-v1 with nothing but `--env` and `--environment_max_steps=500000`: the
@@ -32,6 +38,7 @@ from agents.networks import build_model
 from tests.conftest import run_main
 
 OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
+SERIAL = ("--serial", "--learner_threads=1", "--seed=0")
 
 
 def _run_dir(results: str) -> str:
@@ -40,7 +47,7 @@ def _run_dir(results: str) -> str:
 
 
 def test_short_corridor_reaches_optimal_stochastic_policy(results):
-    proc = run_main("--env=ShortCorridor-v0", "--gamma=1", "--entropy_loss_weight=0",
+    proc = run_main(*SERIAL, "--env=ShortCorridor-v0", "--gamma=1", "--entropy_loss_weight=0",
                     "--environment_max_steps=200000", f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     ckpt = torch.load(os.path.join(_run_dir(results), "checkpoint.pt"), weights_only=False)
@@ -80,7 +87,7 @@ def solved_run(results: str, name: str, steps: int, *flags: str, window: int = 2
     """Train through main.py with `flags` for at most `steps` env steps, stopping at the
     target (--stop_at_return); (env steps, seconds) of the first mean(window) >= target
     in episodes.csv, or None."""
-    proc = run_main(f"--environment_max_steps={steps}", f"--stop_at_return={target}",
+    proc = run_main(*SERIAL, f"--environment_max_steps={steps}", f"--stop_at_return={target}",
                     f"--stop_window={window}", *flags, f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window, target)
@@ -113,17 +120,13 @@ REPLAY_MIXES = {
 }
 
 
-# env steps per mix: each mix has solved within 100k in some runs and missed 500k in
-# others (actors are asynchronous, so runs differ; the elite mix missed in one of two
-# clean-clone CI runs, the standard mix in a run after it), hence 800k for both
-REPLAY_BUDGETS = {"queue+standard": 800_000, "queue+elite": 800_000}
 
 
 @pytest.mark.parametrize("mix", sorted(REPLAY_MIXES))
 def test_cartpole_with_replay_reaches_475(results, mix):
-    solved = solved_run(results, f"CartPole-v1 {mix}", REPLAY_BUDGETS[mix], "--env=CartPole-v1",
+    solved = solved_run(results, f"CartPole-v1 {mix}", 500_000, "--env=CartPole-v1",
                         f"--replay_parameters={REPLAY_MIXES[mix]}")
-    assert solved is not None
+    assert solved is not None and solved[0] <= 500_000
 
 
 MINATAR_STEPS = 200_000

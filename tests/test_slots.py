@@ -21,14 +21,15 @@ def test_held_slots_do_not_change_while_actors_run():
         idx = torch.tensor(held)
         snapshot = h.slots.gather(idx)
         # an adversarially slow learner: keep the slots while the actors cycle the rest
-        deadline = time.time() + 2.0
+        # 50 times over (the bound only fires if they stop producing)
+        deadline = time.time() + 120
         recycled = 0
-        while time.time() < deadline:
+        while recycled < 50 * (12 - len(held)):
+            assert time.time() < deadline, f"the actors stopped producing ({recycled} slots)"
             for others, _ in h.rollouts():
                 assert not set(others) & set(held), "a held slot came back full"
                 h.slots.release(others)
                 recycled += len(others)
-        assert recycled >= 10, "the actors should have kept producing into other slots"
         now = h.slots.gather(idx)
         for name in snapshot:
             assert torch.equal(snapshot[name], now[name]), name

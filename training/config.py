@@ -36,6 +36,8 @@ AUTO_DEFAULTS = {
     "envs_per_worker": (4, 8, 8),
     "clip_rewards": (True, True, False),
     "ppo_clip": (0.1, 0.1, 0.2),
+    "normalize_input": (False, False, False),
+    "normalize_returns": (False, False, False),
 }
 # --agent=ppo / truly_ppo: CleanRL's and Sample Factory's PPO settings, before the above
 PPO_AUTO_DEFAULTS = {
@@ -80,6 +82,7 @@ class Config:
     learner_threads: int
     max_actor_restarts: int
     backend: str
+    serial: bool
     ray_address: str
     max_policy_lag: int
     ray_in_flight: int
@@ -101,6 +104,8 @@ class Config:
     entropy_loss_weight: float
     clip_rewards: bool
     normalize_advantages: bool
+    normalize_input: bool
+    normalize_returns: bool
     ppo_epochs: int
     ppo_minibatches: int
     ppo_clip: float
@@ -228,6 +233,11 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                  "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
                  "ray_weights_every", "ray_in_flight"):
         positive(name)
+    if v.get("serial"):
+        errors += [f"--serial: {why}; leave one of them out" for name, why in (
+            ("backend", "the actors run inline, so --backend=ray has no actors to run"),
+            ("caching", "--caching prepares batches in a thread, which --serial's fixed "
+                        "order excludes")) if v.get(name) not in (None, False, "local")]
     if v.get("backend", "local") == "ray" and importlib.util.find_spec("ray") is None:
         errors.append("--backend: ray is not installed in this environment; run "
                       "`.venv/bin/pip install -r requirements.txt` (README: More than one "

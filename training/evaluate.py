@@ -57,10 +57,18 @@ def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | 
     return results
 
 
+def trained_model(info: dict, trained: dict):
+    """The checkpoint's net, before its weights are loaded (checkpoints from before
+    the normalisers existed have none)."""
+    return build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"],
+                       trained.get("normalize_input", False),
+                       trained.get("normalize_returns", False))
+
+
 def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, seed):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
-    model = build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"])
+    model = trained_model(info, trained)
     model.load_state_dict(model_state)
     model.eval()
     env = make_batched_env(env_id, n_envs, env_options(trained, training=False), seed)
@@ -105,7 +113,7 @@ def _render_games(cfg: Config, ckpt: dict, run: RunDir, greedy: bool, games: int
                   ) -> list[tuple[float, int]]:
     """Play `games` games on one env, shown or recorded."""
     info, trained = ckpt["env_info"], ckpt["config"]
-    model = build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"])
+    model = trained_model(info, trained)
     model.load_state_dict(ckpt["model"])
     model.eval()
     path = None if has_display() else run.file("test_video.mp4")

@@ -28,6 +28,7 @@ from training.report import Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
 from workers.pool import ActorPool
+from workers.serial_pool import SerialActorPool
 from workers.slots import SlotPool
 from workers.weights import SharedWeights
 from wrappers.envs import EnvInfo
@@ -53,7 +54,8 @@ def ppo_config(cfg: Config) -> PPOConfig:
 
 def make_agent(cfg: Config, info: EnvInfo) -> Agent:
     """The `--agent` of `cfg` for `info`'s observations and actions."""
-    model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size)
+    model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size,
+                        cfg.normalize_input, cfg.normalize_returns)
     device = resolve_device(cfg.device)
     if cfg.agent == "impala":
         return ImpalaAgent(model, cfg.loss_config(), optim_config(cfg), device)
@@ -65,7 +67,8 @@ def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> Acto
         env_id=cfg.env, env_options=cfg.env_options(), envs_per_worker=cfg.envs_per_worker,
         unroll_length=cfg.r_f_steps, obs_shape=info.obs_shape, num_actions=info.num_actions,
         hidden_size=cfg.hidden_size, seed=cfg.seed + 1, policy=policy,
-        store_features=cfg.store_features)
+        store_features=cfg.store_features, normalize_input=cfg.normalize_input,
+        normalize_returns=cfg.normalize_returns)
 
 
 def restore_replays(mixer: BatchMixer, cfg: Config, checkpoint: dict) -> list[str]:
@@ -131,6 +134,10 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
                               resumes=report.counters.resumes, address=cfg.ray_address,
                               max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
                               in_flight=cfg.ray_in_flight)
+    elif cfg.serial:
+        weights = SharedWeights(agent.model)
+        actors = SerialActorPool(actor_config(cfg, info, policy), cfg.worker_count, slots,
+                                 weights, run.log, resumes=report.counters.resumes)
     else:
         weights = SharedWeights(agent.model)
         actors = ActorPool(mp.get_context("spawn"), actor_config(cfg, info, policy),

@@ -37,7 +37,10 @@ LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "valu
                    # advantages and targets, the critic's explained variance, the RMS
                    # parameter step over the lr
                    "kl", "adv_mean", "adv_std", "vs_mean", "value_mean", "explained_variance",
-                   "step_over_lr"]
+                   "step_over_lr",
+                   # ppo agents: the fraction of steps where the clip (ppo) or the
+                   # rollback (truly_ppo) is active; empty for impala
+                   "clip_fraction"]
 
 
 class RunDir:

@@ -21,8 +21,10 @@ from training.signals import StopSignal
 from workers.pool import ActorFailure
 
 # Settings a resumed or tested agent must share with its checkpoint.
-FIXED = ("env", "hidden_size", "frames_stacked", "optimizer", "agent")
-SAVED_BEFORE = {"agent": "impala"}  # what checkpoints that predate a FIXED flag had
+FIXED = ("env", "hidden_size", "frames_stacked", "optimizer", "agent", "normalize_input",
+         "normalize_returns")
+# what checkpoints that predate a FIXED flag had
+SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False}
 
 
 def _fail(message: str) -> int:

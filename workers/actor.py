@@ -51,7 +51,8 @@ class ModelPolicy:
         self.cfg = cfg
         self.weights = weights
         self.rng = rng
-        self.model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size)
+        self.model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size,
+                                 cfg.normalize_input, cfg.normalize_returns)
         self.model.eval()
         self.version = -1
 
@@ -132,9 +133,12 @@ class ActorConfig:
     # write each row's policy hidden layer as "features" (float16 [E, hidden_size]); the
     # slots' spec must then have rollout_spec(..., feature_size=hidden_size)
     store_features: bool = False
+    # the model's running normalisers (agents/normalize.py), as the learner's
+    normalize_input: bool = False
+    normalize_returns: bool = False
 
 
-def _write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
+def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
     """Row t of every field, for the envs' slots. Large per-env rows (frames) are
     copied slot by slot: index_copy_ of uint8 frames is ~9x slower (measured with
     py-spy and a micro-benchmark: 189 us against 21 us for 4 Pong stacks)."""
@@ -277,7 +281,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
                 break
             slots = torch.tensor(taken, dtype=torch.int64)
             episodes = roller.rollout(
-                lambda t, row, slots=slots: _write_row(buffers, t, slots, row))
+                lambda t, row, slots=slots: write_row(buffers, t, slots, row))
             messages.send(RolloutDone(tuple(taken), episodes, roller.take_seconds()))
     finally:
         roller.close()

@@ -1,7 +1,9 @@
 """Weight broadcast from the learner to the actors through shared memory.
 
-The learner copies its parameters into one flat float32 tensor in shared memory;
-an actor that sees a newer version copies them into its CPU model. No pickling
+The learner copies its parameters and buffers (the running statistics of input
+and return normalisation, `agents/normalize.py`) into one flat float32 tensor in
+shared memory; an actor that sees a newer version copies them into its CPU model,
+so it acts on the statistics the learner trains with. No pickling
 and no lock: a seqlock. The single writer makes the sequence number odd while it
 writes and even (2 x version) when done; a reader retries if the number was odd
 or changed during its copy. An actor killed mid-copy therefore blocks nobody.
@@ -13,17 +15,34 @@ import time
 
 import torch
 from torch import nn
-from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+
+def _tensors(model: nn.Module) -> list[torch.Tensor]:
+    return [*model.parameters(), *model.buffers()]
+
+
+def flatten(model: nn.Module) -> torch.Tensor:
+    """Parameters then buffers of `model`, as one float32 vector on the CPU."""
+    return torch.cat([t.detach().reshape(-1).float().cpu() for t in _tensors(model)])
+
+
+@torch.no_grad()
+def unflatten(vec: torch.Tensor, model: nn.Module) -> None:
+    """Copy `flatten`'s vector back into `model` (each tensor keeps its dtype)."""
+    i = 0
+    for t in _tensors(model):
+        t.copy_(vec[i:i + t.numel()].view_as(t))
+        i += t.numel()
 
 
 class SharedWeights:
     def __init__(self, model: nn.Module):
-        self.flat = parameters_to_vector(model.parameters()).detach().cpu().clone().share_memory_()
+        self.flat = flatten(model).share_memory_()
         self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def publish(self, model: nn.Module, version: int) -> None:
         """Learner side (the only writer)."""
-        vec = parameters_to_vector(model.parameters()).detach()
+        vec = flatten(model)
         self.seq[0] = 2 * version + 1
         self.flat.copy_(vec)
         self.seq[0] = 2 * version
@@ -40,7 +59,6 @@ class SharedWeights:
                 return have_version
             buf.copy_(self.flat)
             if int(self.seq[0]) == s1:
-                with torch.no_grad():
-                    vector_to_parameters(buf, model.parameters())
+                unflatten(buf, model)
                 return s1 // 2
         return have_version  # the learner kept writing; try at the next rollout

@@ -1,0 +1,85 @@
+"""Running mean and variance, for input and return normalisation (Sample Factory's
+`normalize_input` and `normalize_returns`).
+
+`RunningMeanStd` keeps the mean and variance of everything it was updated with,
+combined batch by batch with Chan et al.'s parallel formula (every sample weighs
+the same, whatever batch it came in). Its statistics are buffers of the model
+that owns it, so they travel with the weights to the actors (`workers/weights.py`)
+and into checkpoints: the actors act on the statistics the learner trains with.
+
+The learner alone updates them, once per batch, before its losses:
+- inputs: the batch's observations; the model then sees
+  clamp((x - mean) / sqrt(var + eps), -clip, clip), per element of the
+  observation (per pixel of the scaled frame stack on Atari);
+- returns: the batch's value targets; the value head then predicts
+  (V - mean) / std, the model's `forward` returns V in return units (so actors,
+  GAE and V-trace never see normalised values), and the losses divide the value
+  error by std: their value loss is the one of the normalised prediction.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class RunningMeanStd(nn.Module):
+    """Mean and variance float32 `shape`, and the sample count (float64), as buffers."""
+
+    def __init__(self, shape: tuple[int, ...] = (), eps: float = 1e-5, clip: float = 5.0):
+        super().__init__()
+        self.eps = eps
+        self.clip = clip
+        self.register_buffer("mean", torch.zeros(shape))
+        self.register_buffer("var", torch.ones(shape))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Fold in x float [N, *shape] (N samples)."""
+        x = x.float().reshape(-1, *self.mean.shape)
+        n = x.shape[0]
+        if n == 0:
+            return
+        batch_var, batch_mean = torch.var_mean(x, dim=0, correction=0)
+        total = self.count + n
+        delta = batch_mean - self.mean
+        w = float(n / total)
+        m2 = self.var * float(self.count) + batch_var * n + delta.pow(2) * float(self.count) * w
+        self.mean += delta * w
+        self.var.copy_(m2 / float(total))
+        self.count.copy_(total)
+
+    def std(self) -> torch.Tensor:
+        return (self.var + self.eps).sqrt()
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """x float [..., *shape] -> clamp((x - mean) / std, -clip, clip)."""
+        return ((x - self.mean) / self.std()).clamp(-self.clip, self.clip)
+
+    def denormalize(self, y: torch.Tensor) -> torch.Tensor:
+        """y float [..., *shape] in normalised units -> y x std + mean."""
+        return y * self.std() + self.mean
+
+
+def value_scale(model: nn.Module) -> torch.Tensor | float:
+    """What the losses divide value errors by: the running std of the returns when
+    the model normalises them (`model.return_norm`), else 1."""
+    norm = getattr(model, "return_norm", None)
+    return 1.0 if norm is None else norm.std().detach()
+
+
+def update_returns(model: nn.Module, targets: torch.Tensor) -> None:
+    """Fold a batch's value targets float [T, B] into the model's return statistics
+    (nothing when it does not normalise returns)."""
+    norm = getattr(model, "return_norm", None)
+    if norm is not None:
+        norm.update(targets.detach().reshape(-1))
+
+
+def update_inputs(model: nn.Module, obs: torch.Tensor) -> None:
+    """Fold a batch's observations [T, B, *obs_shape] (uint8 or float) into the
+    model's input statistics (nothing when it does not normalise inputs)."""
+    norm = getattr(model, "obs_norm", None)
+    if norm is not None:
+        norm.update(model.scale_input(obs.reshape(-1, *norm.mean.shape)))

@@ -1,0 +1,87 @@
+"""`--serial`: the actors stepped inline in the learner's process, in a fixed order.
+
+Sample Factory's serial mode, for runs that repeat bit for bit: with the same
+`--seed` on the same machine, a run gives the same rollouts, batches, updates and
+curve every time (`tests/test_serial.py`). Nothing runs concurrently: each
+`poll()` takes every actor in turn, by actor id, through one rollout of its
+`envs_per_worker` envs into slots of the shared pool (the same `Roller` an actor
+process runs), and the learner trains on what came back before the next `poll()`.
+Weights are pulled at the start of each rollout from the `SharedWeights` the
+learner just published, so the policy lag is fixed by the schedule, not by timing.
+
+It has the interface of `workers.pool.ActorPool`; an actor that raises raises in
+the learner (the run saves a checkpoint and exits 1), so there are no restarts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from workers.actor import ActorConfig, Roller, write_row
+from workers.pool import FinishedRollout, actor_seed
+
+
+class SerialActorPool:
+    def __init__(self, cfg: ActorConfig, worker_count: int, slots, weights, log,
+                 resumes: int = 0):
+        self.cfg = cfg
+        self.worker_count = worker_count
+        self.slots = slots
+        self.weights = weights
+        self.log = log
+        self.resumes = resumes
+        self.restarts = 0
+        self.rollers: list[Roller] = []
+        self.actor_seconds: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.rollers = [
+            Roller(dataclasses.replace(
+                self.cfg, seed=actor_seed(self.cfg.seed, i, 0, self.resumes)), self.weights)
+            for i in range(self.worker_count)]
+
+    def grant(self) -> None:
+        """Nothing to hand out ahead: `poll` takes the slots of each rollout."""
+
+    def poll(self, timeout: float = 0.0) -> list[FinishedRollout]:
+        """One rollout of every actor, in actor order (`timeout` is not used: the work
+        is done here). An actor gets slots only if there are enough for all its envs."""
+        out = []
+        n = self.cfg.envs_per_worker
+        for roller in self.rollers:
+            if len(self.slots.free) < n:
+                break
+            taken = self.slots.take(n)
+            index = torch.tensor(taken, dtype=torch.int64)
+            episodes = roller.rollout(
+                lambda t, row, index=index: write_row(self.slots.buffers, t, index, row))
+            for k, v in roller.take_seconds().items():
+                self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
+            out.append(FinishedRollout(tuple(taken), episodes))
+        if not out:
+            time.sleep(min(timeout, 0.01))
+        return out
+
+    def check(self) -> None:
+        """No processes to watch."""
+
+    def take_actor_seconds(self) -> dict[str, float]:
+        out, self.actor_seconds = self.actor_seconds, {}
+        return out
+
+    def stats(self) -> dict[str, float]:
+        return {}
+
+    def pids(self) -> list[int | None]:
+        """No actor processes: their work shows in the learner's figures."""
+        return []
+
+    def close(self, timeout: float = 10.0) -> list[FinishedRollout]:
+        """Close the envs; nothing is in flight between polls."""
+        for roller in self.rollers:
+            roller.close()
+        self.rollers = []
+        return []
