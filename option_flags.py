@@ -41,10 +41,11 @@ def _define_bool(name: str, default: bool | None, help_text: str) -> None:
 
 
 # --- general -------------------------------------------------------------------
-flags.DEFINE_enum("agent", "impala", ["impala", "ppo", "truly_ppo"],
+flags.DEFINE_enum("agent", None, ["impala", "ppo", "truly_ppo"],
                   "The learner's algorithm: impala (V-trace, one step per batch), ppo "
                   "(APPO-style clipped surrogate, epochs x minibatches per batch) or truly_ppo "
-                  "(Truly PPO's trust-region rollback). Cannot change on resume.")
+                  "(Truly PPO's trust-region rollback); auto: ppo on Atari, impala else. "
+                  "Cannot change on resume.")
 flags.DEFINE_enum("op_mode", "train", ["train", "train_w_load", "test"],
                   "train: a new run; train_w_load: resume from --load_model_url; "
                   "test: play --test_episode_count games with a saved agent.")
@@ -84,7 +85,10 @@ flags.DEFINE_integer("r_f_steps", None, "Rollout length T in env steps; auto: 20
 flags.DEFINE_enum("optimizer", None, ["rmsprop", "adam"], "auto: rmsprop pixels, adam vector.")
 flags.DEFINE_float("lr", None, "Initial learning rate; auto: 6e-4 pixels (Atari, "
                    "MinAtar), 2e-3 vector.")
-flags.DEFINE_float("lr_end_value", 0.0, "Learning rate at the end of the run.")
+flags.DEFINE_float("lr_end_value", None, "Learning rate at the end of the run (the "
+                   "schedule decays from --lr to it over --environment_max_steps); auto: "
+                   "--lr (constant) for ppo agents on Atari, so the budget does not change "
+                   "the run, else 0.")
 flags.DEFINE_float("lr_decay_power", 1.0, "Power of the polynomial decay (1: linear).")
 flags.DEFINE_float("rmsprop_eps", 1e-5,
                    "RMSProp epsilon, added to the root of the mean square (torch). 1e-5 suits "
@@ -185,6 +189,14 @@ _define_bool("normalize_returns", None,
              "units. Fixed for a run.")
 flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
                   ["abs_one_sign", "abs_one_clamp", "soft_asymmetric"], "How rewards are clipped.")
+
+# --- evaluation ----------------------------------------------------------------
+flags.DEFINE_integer("eval_interval", None, "Env steps between evaluations of the current "
+                     "policy on whole games by a worker of its own (eval.csv, TensorBoard eval/); "
+                     "0: off; auto: --environment_max_steps / 20.")
+flags.DEFINE_integer("eval_episodes", 10, "Whole games per evaluation.")
+flags.DEFINE_enum("eval_policy", "sample", ["sample", "greedy"],
+                  "Evaluation actions: sampled from the policy, or the most likely one.")
 
 # --- logging -------------------------------------------------------------------
 flags.DEFINE_string("results_dir", "results", "Parent of the run directories.")

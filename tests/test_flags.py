@@ -27,7 +27,7 @@ def test_boolean_flags(text, value):
 
 
 def test_auto_defaults_follow_the_observation_kind():
-    pixels, _ = parse("--env=PongNoFrameskip-v4")
+    pixels, _ = parse("--env=PongNoFrameskip-v4", "--agent=impala")
     vector, _ = parse("--env=CartPole-v1")
     assert (pixels.optimizer, pixels.clip_rewards, pixels.hidden_size) == ("rmsprop", True, 512)
     assert (vector.optimizer, vector.clip_rewards, vector.hidden_size) == ("adam", False, 64)
@@ -42,14 +42,30 @@ def test_auto_defaults_follow_the_observation_kind():
     # CartPole: 40 (never reached) let 3 of 5 seeds fall back from 500 to 120-210;
     # with 0.5 all 5 stayed at 500
     assert vector.gradient_clip_by_norm_threshold == 0.5
+    assert (vector.agent, minatar.agent) == ("impala", "impala")
+    assert (vector.lr_end_value, minatar.lr_end_value, pixels.lr_end_value) == (0, 0, 0)
+
+
+def test_atari_defaults_are_sample_factorys_ppo_with_a_constant_learning_rate():
+    pong, errors = parse("--env=PongNoFrameskip-v4")
+    assert not errors
+    assert (pong.agent, pong.r_f_steps, pong.batch_size, pong.ppo_epochs,
+            pong.ppo_minibatches, pong.lr, pong.lr_end_value, pong.ppo_clip) == \
+        ("ppo", 128, 8, 4, 4, 2.5e-4, 2.5e-4, 0.1)
+    assert pong.normalize_input and pong.normalize_returns
+    # the budget does not change the schedule; an explicit end value still decays
+    assert parse("--env=PongNoFrameskip-v4", "--lr_end_value=0")[0].lr_end_value == 0
+    for other in ("MinAtar/Breakout-v1", "CartPole-v1"):
+        cfg, _ = parse(f"--env={other}", "--agent=ppo")
+        assert (cfg.r_f_steps, cfg.normalize_input, cfg.lr_end_value) == (20, False, 0)
 
 
 def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
-    for env, clip in (("PongNoFrameskip-v4", 0.1), ("CartPole-v1", 0.2)):
+    for env, clip, batch in (("PongNoFrameskip-v4", 0.1, 8), ("CartPole-v1", 0.2, 32)):
         cfg, errors = parse(f"--env={env}", "--agent=ppo")
         assert not errors
         assert (cfg.optimizer, cfg.lr, cfg.adam_eps, cfg.batch_size, cfg.ppo_clip,
-                cfg.ppo_value_clip, cfg.ppo_advantage) == ("adam", 2.5e-4, 1e-5, 32, clip,
+                cfg.ppo_value_clip, cfg.ppo_advantage) == ("adam", 2.5e-4, 1e-5, batch, clip,
                                                            0.0, "gae")
     truly, _ = parse("--env=PongNoFrameskip-v4", "--agent=truly_ppo")
     assert (truly.ppo_value_clip, truly.truly_ppo_delta, truly.truly_ppo_alpha) == \

@@ -38,7 +38,7 @@ from agents.networks import build_model
 from tests.conftest import run_main
 
 OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
-SERIAL = ("--serial", "--learner_threads=1", "--seed=0")
+SERIAL = ("--serial", "--learner_threads=1", "--seed=0", "--eval_interval=0")
 
 
 def _run_dir(results: str) -> str:

@@ -1,5 +1,6 @@
 """`--serial` (workers/serial_pool.py): a run with a seed repeats bit for bit on the
-same machine, and a different seed gives a different run. What every learning test
+same machine (its updates, episodes and evaluations), and a different seed gives a
+different run. What every learning test
 with a fixed threshold stands on (tests/test_learning.py)."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def _rows(results: str, name: str) -> list[dict]:
 
 def _run(results: str, seed: int, *flags: str) -> None:
     proc = run_main("--serial", "--learner_threads=1", f"--seed={seed}", "--worker_count=2",
-                    "--environment_max_steps=6400", f"--results_dir={results}", *flags)
+                    "--environment_max_steps=6400",
+                    "--eval_interval=2000", "--eval_episodes=3", f"--results_dir={results}", *flags)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -33,8 +35,8 @@ def test_the_same_seed_repeats_bit_for_bit(tmp_path):
     for k in ("a", "b"):
         _run(str(tmp_path / k), 7, *flags)
     _run(str(tmp_path / "c"), 8, *flags)
-    for name in ("learner.csv", "episodes.csv"):
+    for name, rows in (("learner.csv", 10), ("episodes.csv", 10), ("eval.csv", 2)):
         a, b, c = (_rows(str(tmp_path / k), name) for k in "abc")
-        assert len(a) > 10
+        assert len(a) > rows
         assert a == b, f"{name} differs between two runs with --seed=7"
         assert a != c, f"{name} is the same with --seed=8"

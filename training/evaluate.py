@@ -23,38 +23,9 @@ import torch.multiprocessing as mp
 from agents.networks import build_model
 from training.config import Config, env_options
 from training.run_dir import RunDir
+from workers.evaluator import play
 from wrappers.envs import make_batched_env
 from wrappers.video import VideoSink, has_display
-
-
-def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | None = None,
-         video_games: int = 0) -> list[tuple[float, int]]:
-    """Play `episodes` games over env.num_envs envs; (return, length in env steps).
-    Env 0's first `video_games` games go to `video`."""
-    n = env.num_envs
-    quotas = np.array([episodes // n + (1 if i < episodes % n else 0) for i in range(n)])
-    done = np.zeros(n, dtype=np.int64)
-    results: list[tuple[float, int]] = []
-    gen = torch.Generator().manual_seed(seed)
-    obs_np = env.reset()
-    obs = torch.from_numpy(obs_np)
-    with torch.inference_mode():
-        while (done < quotas).any():
-            if video is not None and done[0] < video_games:
-                video.add(env.frame(obs_np, 0))
-            logits, _ = model(obs)
-            if greedy:
-                action = logits.argmax(-1)
-            else:
-                action = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
-            step = env.step(action.numpy())
-            obs_np = step.obs
-            obs = torch.from_numpy(obs_np)
-            for i, ret, length in step.episodes:
-                if done[i] < quotas[i]:
-                    done[i] += 1
-                    results.append((ret, length))
-    return results
 
 
 def trained_model(info: dict, trained: dict):

@@ -27,6 +27,7 @@ from training.plan import RunPlan
 from training.report import Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
+from workers.evaluator import EvalConfig, Evaluator
 from workers.pool import ActorPool
 from workers.serial_pool import SerialActorPool
 from workers.slots import SlotPool
@@ -144,4 +145,22 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
                            cfg.worker_count, slots, weights, run.log, cfg.max_actor_restarts,
                            resumes=report.counters.resumes)
     weights.publish(agent.model, report.counters.updates)
-    return Learner(cfg, info, agent, slots, mixer, weights, actors, report)
+    return Learner(cfg, info, agent, slots, mixer, weights, actors, report,
+                   evaluator=make_evaluator(cfg, info, agent, run, report.counters.env_steps))
+
+
+def make_evaluator(cfg: Config, info: EnvInfo, agent: Agent, run: RunDir, env_steps: int
+                   ) -> Evaluator | None:
+    """The evaluation worker of `--eval_interval` (None when 0); its first evaluation
+    comes at the next multiple of the interval after `env_steps`."""
+    if cfg.eval_interval <= 0:
+        return None
+    eval_cfg = EvalConfig(
+        env_id=cfg.env, env_options=cfg.env_options(training=False),
+        episodes=cfg.eval_episodes, num_envs=min(cfg.eval_episodes, cfg.envs_per_worker),
+        greedy=cfg.eval_policy == "greedy", obs_shape=info.obs_shape,
+        num_actions=info.num_actions, hidden_size=cfg.hidden_size,
+        normalize_input=cfg.normalize_input, normalize_returns=cfg.normalize_returns,
+        seed=cfg.seed + 104_729)
+    return Evaluator(mp.get_context("spawn"), eval_cfg, agent.model, cfg.eval_interval,
+                     run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval)

@@ -24,6 +24,7 @@ from training import metrics
 from training.checkpoint import rng_state, save_checkpoint
 from training.config import Config
 from training.report import Report
+from workers.evaluator import Evaluator, wait_ready
 from workers.pool import ActorPool
 from workers.slots import SlotPool
 from workers.weights import SharedWeights
@@ -34,8 +35,10 @@ class Learner:
     """The training loop over parts built elsewhere; `run()` trains until the budget."""
 
     def __init__(self, cfg: Config, info: EnvInfo, agent: Agent, slots: SlotPool,
-                 mixer: BatchMixer, weights: SharedWeights, actors: ActorPool, report: Report):
+                 mixer: BatchMixer, weights: SharedWeights, actors: ActorPool, report: Report,
+                 evaluator: Evaluator | None = None):
         self.cfg = cfg
+        self.evaluator = evaluator
         self.info = info
         self.agent = agent
         self.slots = slots
@@ -67,6 +70,8 @@ class Learner:
             f"device {self.agent.device}, obs {self.info.obs_shape} {self.info.obs_dtype}"
         )
         self.actors.start()
+        if self.evaluator is not None:
+            self.evaluator.start()
         if cfg.caching:
             self.prefetcher = Prefetcher(self.mixer, cfg.cache_output_buffer_size,
                                          pin_memory=self.agent.device.type == "cuda")
@@ -86,6 +91,7 @@ class Learner:
             batch = self._next_batch()
             if batch is not None:
                 self._update(batch)
+            self._evaluate()
             if time.time() - last_status >= cfg.status_interval:
                 self.status()
                 last_status = time.time()
@@ -94,6 +100,9 @@ class Learner:
                 self.save()
                 last_ckpt = self.counters.updates
                 self._wait_since = time.perf_counter()
+        if self.evaluator is not None and not stop_requested():  # the one in flight
+            for res in wait_ready(self.evaluator, timeout=120):
+                self.report.evaluation(*res)
         self.status()
 
     def _batch_ready(self) -> bool:
@@ -125,6 +134,17 @@ class Learner:
         self.weights.publish(self.agent.model, self.counters.updates + 1)
         self.report.update(stats, wait_s, time.perf_counter() - t0, lag, len(self.slots.free))
         self._wait_since = time.perf_counter()
+
+    def _evaluate(self) -> None:
+        """Ask for an evaluation when one is due; record those that finished. A
+        `--serial` run waits for each, so its eval.csv repeats bit for bit too."""
+        if self.evaluator is None:
+            return
+        asked = self.evaluator.maybe_request(self.agent.model, self.counters.updates,
+                                             self.counters.env_steps)
+        done = wait_ready(self.evaluator, 600) if asked and self.cfg.serial else []
+        for res in done + self.evaluator.poll():
+            self.report.evaluation(*res)
 
     # --- reporting and checkpoints ------------------------------------------------
     def status(self) -> None:
@@ -172,6 +192,8 @@ class Learner:
         CSVs agree); rollouts received and counted but still queued are not trained on."""
         if self.prefetcher is not None:
             self.prefetcher.close()
+        if self.evaluator is not None:
+            self.evaluator.close()
         late = self.actors.close()
         for rollout in late:
             self.slots.release(rollout.indices)

@@ -29,6 +29,7 @@ class Counters:
     episodes: int = 0
     wall_time: float = 0.0  # seconds of training, summed over resumed runs
     resumes: int = 0  # how many times the run was resumed (actor seeds differ by it)
+    evaluations: int = 0  # rows of eval.csv
 
 
 class Report:
@@ -45,11 +46,14 @@ class Report:
         self.counters = Counters()
         self.returns: collections.deque[float] = collections.deque(maxlen=100)
         self.best_mean_return = -math.inf
+        self.last_eval: dict | None = None  # eval.csv rows: the newest and the best mean
+        self.best_eval: dict | None = None
         if state is not None:
             self.counters = Counters(**state["counters"])
             self.returns.extend(state.get("recent_returns", []))
             best = state.get("best_mean_return_100")
             self.best_mean_return = -math.inf if best is None else best
+            self.last_eval, self.best_eval = state.get("last_eval"), state.get("best_eval")
         self.last_stats: dict[str, float] = {}
         self.fps = 0.0
         self.first_rollout_at: tuple[float, int] | None = None  # (time, env steps before)
@@ -133,6 +137,8 @@ class Report:
             "best_mean_return_100": None if math.isinf(best) else best,
             "fps_mean": round(self.mean_fps(), 1),
             "actor_restarts": actor_restarts,
+            "eval_last": self.last_eval,
+            "eval_best": self.best_eval,
         }
 
     def state_dict(self) -> dict:
@@ -142,7 +148,29 @@ class Report:
         return {"counters": dataclasses.asdict(self.counters),
                 "recent_returns": list(self.returns),
                 "best_mean_return_100": None if math.isinf(best) else best,
+                "last_eval": self.last_eval, "best_eval": self.best_eval,
                 "saved_at": time.time()}  # what a resume cuts TensorBoard events at
+
+    def evaluation(self, env_steps: int, version: int, returns: list[float],
+                   lengths: list[int]) -> None:
+        """One evaluation of the policy (workers/evaluator.py), requested at `env_steps`
+        and played by weights `version`: a row of eval.csv, `eval/` scalars at those
+        env steps, a log line; summary.json keeps the last and the best."""
+        r = np.asarray(returns, dtype=np.float64)
+        row = {"env_steps": env_steps, "frames": env_steps * self.frames_per_step,
+               "weights_version": version, "mean": round(float(r.mean()), 4),
+               "std": round(float(r.std()), 4), "min": float(r.min()), "max": float(r.max()),
+               "episodes": len(r), "wall_time": round(self.wall(), 3)}
+        self.run_dir.eval.writerow(row)
+        self.counters.evaluations += 1
+        self.last_eval = row
+        if self.best_eval is None or row["mean"] > self.best_eval["mean"]:
+            self.best_eval = row
+        self.tb.scalars({"eval/mean_return": row["mean"], "eval/std_return": row["std"],
+                         "eval/min_return": row["min"], "eval/max_return": row["max"],
+                         "eval/mean_length": float(np.mean(lengths))}, env_steps)
+        self.log.info(f"eval at {env_steps:,} env steps (weights {version}): mean "
+                      f"{row['mean']:.2f} +- {row['std']:.2f} over {len(r)} whole games")
 
     # --- the status line -------------------------------------------------------------
     def status(self, extra_scalars: dict[str, float], actor_restarts: int,

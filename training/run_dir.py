@@ -28,6 +28,8 @@ import time
 
 from training.files import atomic_write, atomic_write_text, fsync_path
 
+EVAL_COLUMNS = ["env_steps", "frames", "weights_version", "mean", "std", "min", "max",
+                "episodes", "wall_time"]
 EPISODE_COLUMNS = ["env_steps", "frames", "episode_return", "episode_length", "wall_time"]
 LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "value_loss",
                    "entropy", "lr", "mean_rho", "grad_norm",
@@ -47,11 +49,12 @@ class RunDir:
     """Creates the run directory and owns its files."""
 
     def __init__(self, results_dir: str, env_id: str, config: dict, echo: bool = True,
-                 resume_path: str | None = None, keep_rows: tuple[int, int] | None = None,
+                 resume_path: str | None = None,
+                 keep_rows: tuple[int, int, int] | None = None,
                  keep_events: tuple[int, float | None] | None = None):
         """A new directory under `results_dir`, or, with `resume_path`, the directory of
         the run being resumed: its CSVs and log are appended to, after cutting them to
-        `keep_rows` = (episodes, updates) rows, what the checkpoint had counted (rows
+        `keep_rows` = (episodes, updates, evaluations) rows, what the checkpoint had counted (rows
         written after the checkpoint, by a run that was killed, would be counted twice);
         its TensorBoard events are cut to `keep_events` = (env steps, unix time of the
         save or None), see `cut_events`."""
@@ -69,12 +72,14 @@ class RunDir:
         if keep_rows is not None:
             _cut_csv(self.file("episodes.csv"), keep_rows[0])
             _cut_csv(self.file("learner.csv"), keep_rows[1])
+            _cut_csv(self.file("eval.csv"), keep_rows[2])
         if keep_events is not None:
             for events in glob.glob(self.file("events.out.tfevents.*")):
                 cut_events(events, *keep_events)
         atomic_write_text(self.file("flags.json"), json.dumps(config, indent=2, sort_keys=True))
         self._episodes_f, self.episodes = self._open_csv("episodes.csv", EPISODE_COLUMNS)
         self._learner_f, self.learner = self._open_csv("learner.csv", LEARNER_COLUMNS)
+        self._eval_f, self.eval = self._open_csv("eval.csv", EVAL_COLUMNS)
         self.log = _make_logger(self.file("run.log"), echo)
 
     def _open_csv(self, name: str, columns: list[str]):
@@ -99,8 +104,9 @@ class RunDir:
         too (flush those first: `training.report.Report.flush`)."""
         self._episodes_f.flush()
         self._learner_f.flush()
+        self._eval_f.flush()
         if sync:
-            for f in (self._episodes_f, self._learner_f):
+            for f in (self._episodes_f, self._learner_f, self._eval_f):
                 os.fsync(f.fileno())
             for path in [self.file("run.log"), *glob.glob(self.file("events.out.tfevents.*"))]:
                 fsync_path(path)
@@ -108,6 +114,7 @@ class RunDir:
     def close(self) -> None:
         self._episodes_f.close()
         self._learner_f.close()
+        self._eval_f.close()
         for h in list(self.log.handlers):
             h.close()
             self.log.removeHandler(h)

@@ -63,7 +63,7 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
         superseded = start_branch(os.path.dirname(loaded), loaded, c["updates"])
         run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict(),
                          resume_path=os.path.dirname(loaded),
-                         keep_rows=(c["episodes"], c["updates"]),
+                         keep_rows=(c["episodes"], c["updates"], c.get("evaluations", 0)),
                          keep_events=(c["env_steps"], checkpoint.get("saved_at")))
         run_dir.log.info(f"resuming from {cfg.load_model_url} at {c['env_steps']:,} env steps, "
                          f"{c['updates']:,} updates (resume {c.get('resumes', 0) + 1})")

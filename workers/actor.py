@@ -153,7 +153,7 @@ def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]
             buffers[name][t].index_copy_(0, slots, value)
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -173,7 +173,7 @@ def run_actor(actor_id: int, cfg: ActorConfig, buffers, weights, grants, message
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
+    die_with_parent()
     torch.set_num_threads(1)
     try:
         _actor_loop(actor_id, cfg, buffers, weights, grants, messages, stop)

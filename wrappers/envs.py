@@ -205,7 +205,9 @@ class AtariBatchedEnv:
         self.episode_frame = np.zeros(num_envs, dtype=np.int64)
 
     def reset(self) -> np.ndarray:
+        """Every env's first observation; games in progress are dropped uncounted."""
         obs, info = self.env.reset(seed=self.seed)
+        self.tracker = _EpisodeTracker(self.num_envs)
         self.lives = info["lives"].astype(np.int64)
         self.episode_frame = info["episode_frame_number"].astype(np.int64)
         return obs
@@ -264,7 +266,9 @@ class GymBatchedEnv:
         self.tracker = _EpisodeTracker(num_envs)
 
     def reset(self) -> np.ndarray:
+        """Every env's first observation; games in progress are dropped uncounted."""
         obs, _ = self.env.reset(seed=self.seed)
+        self.tracker = _EpisodeTracker(self.num_envs)
         return self.to_obs(obs)
 
     def step(self, actions: np.ndarray) -> StepResult:

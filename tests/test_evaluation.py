@@ -1,0 +1,85 @@
+"""The evaluation worker (workers/evaluator.py): whole games by the current weights,
+eval.csv and summary.json through the real entry point, a restart after a crash."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import logging
+import os
+import time
+
+import torch
+import torch.multiprocessing as mp
+
+from agents.networks import build_model
+from tests.conftest import run_main
+from training.run_dir import EVAL_COLUMNS
+from workers.evaluator import EvalConfig, Evaluator, play
+from wrappers.envs import EnvOptions, env_info, make_batched_env
+
+
+def test_a_reused_env_counts_each_evaluation_from_a_fresh_start():
+    """Games left unfinished by one evaluation must not add to the next one's returns
+    (CartPole's returns are capped at 500: 687 was seen before the fix)."""
+    torch.manual_seed(0)
+    model = build_model((4,), 2, 8)
+    env = make_batched_env("CartPole-v1", 3, EnvOptions(episodic_life=False), seed=1)
+    try:
+        for k in range(4):
+            games = play(model, env, 4, greedy=False, seed=k)
+            assert len(games) == 4
+            for ret, length in games:
+                assert ret == length <= 500  # CartPole: +1 a step
+    finally:
+        env.close()
+
+
+def test_a_run_writes_eval_csv_and_its_summary(results):
+    proc = run_main("--env=CartPole-v1", "--serial", "--learner_threads=1",
+                    "--environment_max_steps=20000", "--eval_interval=5000",
+                    "--eval_episodes=4", f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = glob.glob(os.path.join(results, "*"))
+    with open(os.path.join(run, "eval.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == EVAL_COLUMNS
+    # requested at 5k, 10k, 15k and 20k (the last is waited for at the end)
+    assert [int(r["env_steps"]) // 5000 for r in rows] == [1, 2, 3, 4]
+    assert all(int(r["episodes"]) == 4 and float(r["max"]) <= 500 for r in rows)
+    versions = [int(r["weights_version"]) for r in rows]
+    assert versions == sorted(versions) and versions[0] > 0
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["eval_last"]["env_steps"] == int(rows[-1]["env_steps"])
+    assert summary["eval_best"]["mean"] == max(float(r["mean"]) for r in rows)
+
+
+def test_a_dead_evaluator_is_restarted(caplog):
+    info = env_info("CartPole-v1", EnvOptions())
+    cfg = EvalConfig(env_id="CartPole-v1", env_options=EnvOptions(episodic_life=False),
+                     episodes=2, num_envs=2, greedy=True, obs_shape=info.obs_shape,
+                     num_actions=info.num_actions, hidden_size=8, normalize_input=False,
+                     normalize_returns=False, seed=0)
+    model = build_model(info.obs_shape, info.num_actions, 8)
+    log = logging.getLogger("test_evaluator")
+    ev = Evaluator(mp.get_context("spawn"), cfg, model, interval=10, log=log, next_at=10)
+    ev.start()
+    try:
+        ev.process.kill()
+        ev.process.join(10)
+        with caplog.at_level(logging.WARNING, logger="test_evaluator"):
+            assert ev.poll() == []
+        assert ev.restarts == 1 and "restarting it" in caplog.text
+        ev.maybe_request(model, version=3, env_steps=12)
+        assert ev.next_at == 20
+        deadline = time.time() + 120
+        got = []
+        while not got:
+            assert time.time() < deadline, "no evaluation from the restarted evaluator"
+            got = ev.poll()
+            time.sleep(0.05)
+        (res,) = got
+        assert (res.env_steps, res.version, len(res.returns)) == (12, 3, 2)
+    finally:
+        ev.close()

@@ -1,0 +1,196 @@
+"""The evaluation worker: the current policy's score on whole games, beside training.
+
+Every `--eval_interval` env steps the learner copies its model into the
+evaluator's own `SharedWeights` (only then: training publishes nothing extra, and
+the Ray backend is served the same way) and asks for an evaluation. The worker, a
+process of its own, pulls those weights and plays `--eval_episodes` whole games
+(no life-loss endings, unclipped scores: test mode's env options) with actions
+sampled from the policy or, with `--eval_policy=greedy`, the most likely one. It
+sends back an `EvalResult`. One evaluation runs at a time: a request that comes due
+while one is running waits for the next interval. An evaluator that dies is
+logged and restarted; training goes on.
+
+`play` is also test mode's (`training/evaluate.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from multiprocessing import connection
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from agents.networks import build_model
+from workers.actor import die_with_parent
+from workers.weights import SharedWeights
+from wrappers.envs import EnvOptions, make_batched_env
+from wrappers.video import VideoSink
+
+
+def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | None = None,
+         video_games: int = 0) -> list[tuple[float, int]]:
+    """Play `episodes` games over env.num_envs envs; (return, length in env steps).
+    Each env has a fixed quota of games, so short games are not over-represented.
+    Env 0's first `video_games` games go to `video`."""
+    n = env.num_envs
+    quotas = np.array([episodes // n + (1 if i < episodes % n else 0) for i in range(n)])
+    done = np.zeros(n, dtype=np.int64)
+    results: list[tuple[float, int]] = []
+    gen = torch.Generator().manual_seed(seed)
+    obs_np = env.reset()
+    obs = torch.from_numpy(obs_np)
+    with torch.inference_mode():
+        while (done < quotas).any():
+            if video is not None and done[0] < video_games:
+                video.add(env.frame(obs_np, 0))
+            logits, _ = model(obs)
+            if greedy:
+                action = logits.argmax(-1)
+            else:
+                action = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
+            step = env.step(action.numpy())
+            obs_np = step.obs
+            obs = torch.from_numpy(obs_np)
+            for i, ret, length in step.episodes:
+                if done[i] < quotas[i]:
+                    done[i] += 1
+                    results.append((ret, length))
+    return results
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    env_id: str
+    env_options: EnvOptions  # test mode's: whole games
+    episodes: int
+    num_envs: int
+    greedy: bool
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    hidden_size: int
+    normalize_input: bool
+    normalize_returns: bool
+    seed: int
+
+
+class EvalResult(NamedTuple):
+    """One evaluation: requested at `env_steps`, played by weights `version`."""
+
+    env_steps: int
+    version: int
+    returns: list[float]
+    lengths: list[int]
+
+
+def run_evaluator(cfg: EvalConfig, weights: SharedWeights, requests, results) -> None:
+    """Process entry point: one evaluation per request (env steps, an int) read from
+    the `requests` pipe, each answered on `results`; ends when the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()
+    torch.set_num_threads(1)
+    model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size, cfg.normalize_input,
+                        cfg.normalize_returns).eval()
+    env = make_batched_env(cfg.env_id, cfg.num_envs, cfg.env_options, seed=cfg.seed)
+    try:
+        k = 0
+        while True:
+            env_steps = requests.recv()
+            version = weights.pull(model, -1)
+            games = play(model, env, cfg.episodes, cfg.greedy, cfg.seed + k)
+            results.send(EvalResult(env_steps, version, [float(r) for r, _ in games],
+                                    [int(n) for _, n in games]))
+            k += 1
+    except (EOFError, BrokenPipeError, OSError):
+        pass  # the learner closed the pipes
+    finally:
+        env.close()
+
+
+class Evaluator:
+    """The learner's side: `maybe_request` when training passes the next multiple of
+    `interval` env steps, `poll` for results, `close` at the end."""
+
+    def __init__(self, ctx, cfg: EvalConfig, model: torch.nn.Module, interval: int, log,
+                 next_at: int):
+        self.ctx = ctx
+        self.cfg = cfg
+        self.interval = interval
+        self.log = log
+        self.next_at = next_at  # env steps of the next evaluation
+        self.weights = SharedWeights(model)
+        self.restarts = 0
+        self.busy_since: float | None = None
+        self.process = None
+
+    def start(self) -> None:
+        requests_r, self.requests = self.ctx.Pipe(duplex=False)
+        self.results, results_w = self.ctx.Pipe(duplex=False)
+        cfg = dataclasses.replace(self.cfg, seed=self.cfg.seed + 7919 * self.restarts)
+        self.process = self.ctx.Process(target=run_evaluator, name="evaluator", daemon=True,
+                                        args=(cfg, self.weights, requests_r, results_w))
+        self.process.start()
+        requests_r.close()
+        results_w.close()
+        self.busy_since = None
+
+    def maybe_request(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
+        """Ask for an evaluation of `model` if `env_steps` reached the next one and none
+        is running (one that comes due meanwhile is skipped); whether it asked."""
+        if env_steps < self.next_at or self.busy_since is not None:
+            return False
+        self.weights.publish(model, version)
+        try:
+            self.requests.send(env_steps)
+        except (BrokenPipeError, OSError):
+            return False  # dead: `poll` restarts it
+        self.busy_since = time.time()
+        self.next_at = (env_steps // self.interval + 1) * self.interval
+        return True
+
+    def poll(self) -> list[EvalResult]:
+        """Finished evaluations; restarts a dead evaluator (logged)."""
+        out = []
+        try:
+            while self.results.poll():
+                out.append(self.results.recv())
+                self.busy_since = None
+        except (EOFError, OSError):
+            pass
+        if self.process.exitcode is not None:
+            self.restarts += 1
+            self.log.warning(f"the evaluator exited with code {self.process.exitcode}; "
+                             f"restarting it ({self.restarts} restarts); training goes on")
+            self.requests.close()
+            self.results.close()
+            self.start()
+        return out
+
+    def pid(self) -> int | None:
+        return None if self.process is None else self.process.pid
+
+    def close(self) -> None:
+        """Close the pipes (the worker ends after the game in hand) and join it."""
+        if self.process is None:
+            return
+        self.requests.close()
+        self.results.close()
+        self.process.join(2)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join(5)
+        self.process = None
+
+
+def wait_ready(evaluator: Evaluator, timeout: float) -> list[EvalResult]:
+    """Results of the evaluation in flight, waiting up to `timeout` s for it (at the
+    end of a run, and after each request of a `--serial` run)."""
+    deadline = time.time() + timeout
+    out: list[EvalResult] = []
+    while evaluator.busy_since is not None and time.time() < deadline:
+        connection.wait([evaluator.results], min(1.0, max(0.0, deadline - time.time())))
+        out += evaluator.poll()
+    return out
