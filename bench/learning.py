@@ -15,6 +15,13 @@ median is null when half of the seeds or more missed it). A PNG of the curves
 (mean-100 against frames, one line per seed, thresholds dashed) goes next to
 the runs; its path is in the JSON.
 
+The evaluation curve (eval.csv: the mean of `--eval_episodes` whole games played
+by the current weights, every `--eval_interval` env steps) gets the same figures
+under `eval`: where its mean first reached each threshold, its last and best.
+`lr_schedule` says what the learning rate did in each run: from `lr` to
+`lr_end_value` over `environment_max_steps` env steps (equal values: constant,
+so the budget did not change the run).
+
 Counting: frames = env steps x frameskip (4 on Atari, 1 elsewhere).
 """
 
@@ -71,11 +78,34 @@ def first_reached(cols: dict[str, np.ndarray], threshold: float) -> dict | None:
             "wall_s": round(float(cols["wall_time"][i]), 1)}
 
 
+def eval_result(run_dir: str, thresholds) -> dict | None:
+    """From eval.csv: per threshold, the first evaluation whose mean reached it (frames,
+    env steps, wall seconds) or None; the last and best means. None without rows."""
+    path = os.path.join(run_dir, "eval.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return None
+    means = [float(r["mean"]) for r in rows]
+    reached = {}
+    for t in thresholds:
+        hit = next((r for r, m in zip(rows, means, strict=True) if m >= t), None)
+        reached[str(t)] = hit and {"frames": int(hit["frames"]),
+                                   "env_steps": int(hit["env_steps"]),
+                                   "wall_s": round(float(hit["wall_time"]), 1)}
+    return {"evaluations": len(rows), "episodes_each": int(rows[-1]["episodes"]),
+            "final_mean": means[-1], "best_mean": max(means), "reached": reached}
+
+
 def seed_result(run_dir: str, thresholds, window: int) -> dict:
     cols = curve(os.path.join(run_dir, "episodes.csv"), window)
     means = cols["mean"][~np.isnan(cols["mean"])]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
+    with open(os.path.join(run_dir, "flags.json")) as f:
+        flags = json.load(f)
     return {
         "run_dir": run_dir,
         "frames": summary["frames"], "env_steps": summary["env_steps"],
@@ -84,6 +114,10 @@ def seed_result(run_dir: str, thresholds, window: int) -> dict:
         "final_mean": round(float(means[-1]), 3) if len(means) else None,
         "best_mean": round(float(means.max()), 3) if len(means) else None,
         "reached": {str(t): first_reached(cols, t) for t in thresholds},
+        "eval": eval_result(run_dir, thresholds),
+        "agent": flags.get("agent"),
+        "lr_schedule": {k: flags.get(k) for k in ("lr", "lr_end_value",
+                                                   "environment_max_steps")},
     }
 
 
@@ -102,9 +136,20 @@ def aggregate(seeds: list[dict], thresholds) -> dict:
         out[str(t)]["seeds_reached"] = sum(h is not None for h in hits)
     finals = [s["final_mean"] for s in seeds if s["final_mean"] is not None]
     bests = [s["best_mean"] for s in seeds if s["best_mean"] is not None]
+    evals = [s["eval"] for s in seeds if s.get("eval")]
+    eval_out = None
+    if evals:
+        eval_out = {str(t): {k: median_or_none([e["reached"][str(t)] and
+                                                e["reached"][str(t)][k] for e in evals])
+                             for k in ("frames", "env_steps", "wall_s")}
+                    for t in thresholds}
+        eval_out = {"reached": eval_out,
+                    "final_mean": statistics.median(e["final_mean"] for e in evals),
+                    "best_mean": statistics.median(e["best_mean"] for e in evals)}
     return {"reached": out,
             "final_mean": statistics.median(finals) if finals else None,
-            "best_mean": statistics.median(bests) if bests else None}
+            "best_mean": statistics.median(bests) if bests else None,
+            "eval": eval_out}
 
 
 def plot(seeds: list[dict], thresholds, window: int, title: str, path: str) -> str:
@@ -116,7 +161,14 @@ def plot(seeds: list[dict], thresholds, window: int, title: str, path: str) -> s
     fig, ax = plt.subplots(figsize=(8, 5))
     for s in seeds:
         cols = curve(os.path.join(s["run_dir"], "episodes.csv"), window)
-        ax.plot(cols["frames"], cols["mean"], label=os.path.basename(s["run_dir"]))
+        line, = ax.plot(cols["frames"], cols["mean"], label=os.path.basename(s["run_dir"]))
+        path = os.path.join(s["run_dir"], "eval.csv")
+        if os.path.exists(path):
+            with open(path, newline="") as f:
+                rows = list(csv.DictReader(f))
+            if rows:
+                ax.plot([int(r["frames"]) for r in rows], [float(r["mean"]) for r in rows],
+                        "o:", color=line.get_color(), ms=3, label="  evaluation (whole games)")
     for t in thresholds:
         ax.axhline(t, ls="--", lw=0.8, color="gray")
     ax.set(xlabel="frames", ylabel=f"mean return of the last {window} episodes", title=title)
