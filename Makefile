@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train test lint bench clean
+.PHONY: train test lint bench board clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,10 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# TensorBoard on every run under results/ (sweeps included): http://localhost:6006
+board: $(STAMP)
+	$(VENV)/bin/tensorboard --logdir results --port $(or $(PORT),6006)
 
 bench: $(STAMP)
 	$(PY) -m bench.throughput
