@@ -192,7 +192,7 @@ def impala_loss(
             cfg.clear_policy_cloning_weight > 0 or cfg.clear_value_cloning_weight > 0):
         cols = replayed.to(kl.device)
         policy_cloning = kl[:, cols].mean()
-        value_cloning = (values[:-1, cols] - batch["value"][:-1, cols]).pow(2).mean()
+        value_cloning = ((values[:-1, cols] - batch["value"][:-1, cols]) / scale).pow(2).mean()
         loss = loss + cfg.clear_policy_cloning_weight * policy_cloning \
             + cfg.clear_value_cloning_weight * value_cloning
         stats.update(policy_cloning=policy_cloning.item(), value_cloning=value_cloning.item())

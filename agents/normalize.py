@@ -7,7 +7,9 @@ the same, whatever batch it came in). Its statistics are buffers of the model
 that owns it, so they travel with the weights to the actors (`workers/weights.py`)
 and into checkpoints: the actors act on the statistics the learner trains with.
 
-The learner alone updates them, once per batch, before its losses:
+The learner alone updates them, once per batch (inputs before the losses; the
+return statistics before ppo's epochs, and after impala's loss is formed, from its
+V-trace targets):
 - inputs: the batch's observations; the model then sees
   clamp((x - mean) / sqrt(var + eps), -clip, clip), per element of the
   observation (per pixel of the scaled frame stack on Atari);

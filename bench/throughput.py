@@ -15,8 +15,9 @@ using the whole machine, all in frames/s (env steps x frameskip):
                      as training takes it) on synthetic batches [T+1, B, ...]
     compute_bound_fps  1 / (1/env + 1/inference + 1/learner): what full training could
                      reach if the machine did nothing but these three, one after another
-    learner_fps_ppo, train_fps_ppo  the same two with --agent=ppo (its defaults: batch
-                     32, 4 epochs x 4 minibatches per batch)
+    learner_fps_impala, train_fps_impala  the same two with --agent=impala and its
+                     defaults (on Atari the platform's defaults before ppo: T=20, batch 8,
+                     RMSProp, no normalisation), measured back to back with the above
     pipeline_fps_ray, train_fps_ray  with --backend=ray: the same two with the actors on
                      a local Ray instance (ray_bytes_per_env_rollout: what one env's
                      rollout costs through the object store), and their ratios to local
@@ -205,6 +206,8 @@ def main() -> None:
     ap.add_argument("--worker_count", type=int, default=None)
     ap.add_argument("--envs_per_worker", type=int, default=None)
     ap.add_argument("--repeats", type=int, default=1, help="runs; medians are reported")
+    ap.add_argument("--learner_threads", type=int, default=None,
+                    help="torch threads of the learner (default: main.py's auto)")
     ap.add_argument("--learner_updates", type=int, default=20,
                     help="updates timed for learner_fps")
     ap.add_argument("--backend", choices=("local", "ray"), default="local",
@@ -216,13 +219,14 @@ def main() -> None:
         environment_max_steps=10**9,
         worker_count=args.worker_count,
         envs_per_worker=args.envs_per_worker,
+        learner_threads=args.learner_threads,
         save_model_period=10**9,
         status_interval=1e9,
     )
     cfg, errors = make_config(values)
-    cfg_ppo, errors_ppo = make_config({**values, "agent": "ppo"})
-    if errors or errors_ppo:
-        sys.exit("\n".join(errors + errors_ppo))
+    cfg_impala, errors_impala = make_config({**values, "agent": "impala"})
+    if errors or errors_impala:
+        sys.exit("\n".join(errors + errors_impala))
     info = env_info(cfg.env, cfg.env_options())
     runs = []
     for _ in range(args.repeats):
@@ -231,8 +235,9 @@ def main() -> None:
                "learner_fps": learner_alone_fps(cfg, info, args.learner_updates),
                "pipeline_fps": learner_fps(cfg, info, args.steps, train=False),
                "train_fps": learner_fps(cfg, info, args.steps, train=True),
-               "learner_fps_ppo": learner_alone_fps(cfg_ppo, info, args.learner_updates),
-               "train_fps_ppo": learner_fps(cfg_ppo, info, args.steps, train=True)}
+               "learner_fps_impala": learner_alone_fps(cfg_impala, info,
+                                                       args.learner_updates),
+               "train_fps_impala": learner_fps(cfg_impala, info, args.steps, train=True)}
         run["compute_bound_fps"] = 1.0 / sum(1.0 / run[k] for k in
                                              ("env_ceiling_fps", "inference_fps", "learner_fps"))
         if args.backend == "ray":
@@ -258,8 +263,11 @@ def main() -> None:
         env=cfg.env,
         worker_count=cfg.worker_count,
         envs_per_worker=cfg.envs_per_worker,
+        agent=cfg.agent,
         batch_size=cfg.batch_size,
         r_f_steps=cfg.r_f_steps,
+        learner_threads=cfg.learner_threads,
+        train_over_impala=round(result["train_fps"] / result["train_fps_impala"], 3),
         repeats=args.repeats,
         runs=[{k: round(v, 1) for k, v in r.items()} for r in runs],
         cpu_count=os.cpu_count(),

@@ -111,3 +111,18 @@ def test_flag_priority_command_line_over_checkpoint_over_defaults():
     assert merged["op_mode"] == "train_w_load" and merged["load_model_url"] == "/x"
     assert merged["results_dir"] == "results"  # per-invocation flags never come from it
     assert merged["entropy_loss_weight"] == 0.01  # neither: the default
+
+
+def test_a_checkpoint_from_before_the_auto_agent_resumes_as_it_was_trained():
+    """Old Atari checkpoints lack `agent` and the normalisation keys: they were impala,
+    unnormalised; today's auto defaults (ppo, normalised) must not replace that."""
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["main.py", "--env=PongNoFrameskip-v4", "--op_mode=train_w_load",
+                 "--load_model_url=/x"])
+    values, explicit = option_flags.flag_values()
+    saved = {"env": "PongNoFrameskip-v4", "batch_size": 8, "r_f_steps": 20, "lr": 6e-4,
+             "lr_end_value": 0.0, "optimizer": "rmsprop"}
+    cfg, errors = make_config(merge_saved(values, explicit, saved))
+    assert not errors
+    assert (cfg.agent, cfg.normalize_input, cfg.normalize_returns, cfg.r_f_steps) == \
+        ("impala", False, False, 20)

@@ -320,9 +320,16 @@ PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_polic
                   "results_dir")
 
 
+# What runs saved before a flag existed had: a checkpoint that lacks the key resumes
+# with this, not with today's auto default (an old Atari run was impala, unnormalised).
+SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False}
+
+
 def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
     """Flag priority: given on the command line (`explicit`; multi_train.py passes its
-    overrides there too) > saved in the checkpoint (`saved`) > defaults (`values`)."""
+    overrides there too) > saved in the checkpoint (`saved`; `SAVED_BEFORE` for keys
+    older checkpoints lack) > defaults (`values`)."""
+    saved = {**SAVED_BEFORE, **saved}
     merged = dict(values)
     for name, value in saved.items():
         if name in merged and name not in explicit and name not in PER_INVOCATION:

@@ -13,6 +13,7 @@ recent mean return reaches `--stop_at_return`, or when `stop_requested()` says s
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 
@@ -91,7 +92,7 @@ class Learner:
             batch = self._next_batch()
             if batch is not None:
                 self._update(batch)
-            self._evaluate()
+            self._evaluate(stop_requested)
             if time.time() - last_status >= cfg.status_interval:
                 self.status()
                 last_status = time.time()
@@ -101,7 +102,7 @@ class Learner:
                 last_ckpt = self.counters.updates
                 self._wait_since = time.perf_counter()
         if self.evaluator is not None and not stop_requested():  # the one in flight
-            for res in wait_ready(self.evaluator, timeout=120):
+            for res in wait_ready(self.evaluator, 120, stop_requested):
                 self.report.evaluation(*res)
         self.status()
 
@@ -135,14 +136,15 @@ class Learner:
         self.report.update(stats, wait_s, time.perf_counter() - t0, lag, len(self.slots.free))
         self._wait_since = time.perf_counter()
 
-    def _evaluate(self) -> None:
+    def _evaluate(self, stop_requested) -> None:
         """Ask for an evaluation when one is due; record those that finished. A
         `--serial` run waits for each, so its eval.csv repeats bit for bit too."""
         if self.evaluator is None:
             return
         asked = self.evaluator.maybe_request(self.agent.model, self.counters.updates,
                                              self.counters.env_steps)
-        done = wait_ready(self.evaluator, 600) if asked and self.cfg.serial else []
+        done = wait_ready(self.evaluator, math.inf, stop_requested) \
+            if asked and self.cfg.serial else []
         for res in done + self.evaluator.poll():
             self.report.evaluation(*res)
 

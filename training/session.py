@@ -13,7 +13,7 @@ import os
 import sys
 
 from training.checkpoint import resolve_checkpoint_path, start_branch
-from training.config import Config
+from training.config import SAVED_BEFORE, Config
 from training.factory import build_learner
 from training.plan import RunPlan, check_memory, make_plan
 from training.run_dir import RunDir
@@ -23,8 +23,6 @@ from workers.pool import ActorFailure
 # Settings a resumed or tested agent must share with its checkpoint.
 FIXED = ("env", "hidden_size", "frames_stacked", "optimizer", "agent", "normalize_input",
          "normalize_returns")
-# what checkpoints that predate a FIXED flag had
-SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False}
 
 
 def _fail(message: str) -> int:

@@ -8,7 +8,7 @@ process of its own, pulls those weights and plays `--eval_episodes` whole games
 sampled from the policy or, with `--eval_policy=greedy`, the most likely one. It
 sends back an `EvalResult`. One evaluation runs at a time: a request that comes due
 while one is running waits for the next interval. An evaluator that dies is
-logged and restarted; training goes on.
+logged and restarted, `MAX_RESTARTS` times, then left off; training goes on.
 
 `play` is also test mode's (`training/evaluate.py`).
 """
@@ -110,6 +110,9 @@ def run_evaluator(cfg: EvalConfig, weights: SharedWeights, requests, results) ->
         env.close()
 
 
+MAX_RESTARTS = 3
+
+
 class Evaluator:
     """The learner's side: `maybe_request` when training passes the next multiple of
     `interval` env steps, `poll` for results, `close` at the end."""
@@ -140,7 +143,7 @@ class Evaluator:
     def maybe_request(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
         """Ask for an evaluation of `model` if `env_steps` reached the next one and none
         is running (one that comes due meanwhile is skipped); whether it asked."""
-        if env_steps < self.next_at or self.busy_since is not None:
+        if env_steps < self.next_at or self.busy_since is not None or self.process is None:
             return False
         self.weights.publish(model, version)
         try:
@@ -154,6 +157,8 @@ class Evaluator:
     def poll(self) -> list[EvalResult]:
         """Finished evaluations; restarts a dead evaluator (logged)."""
         out = []
+        if self.process is None:
+            return out
         try:
             while self.results.poll():
                 out.append(self.results.recv())
@@ -161,11 +166,17 @@ class Evaluator:
         except (EOFError, OSError):
             pass
         if self.process.exitcode is not None:
-            self.restarts += 1
-            self.log.warning(f"the evaluator exited with code {self.process.exitcode}; "
-                             f"restarting it ({self.restarts} restarts); training goes on")
+            code = self.process.exitcode
             self.requests.close()
             self.results.close()
+            self.restarts += 1
+            if self.restarts > MAX_RESTARTS:
+                self.log.error(f"the evaluator exited with code {code}, {self.restarts} times: "
+                               "no more evaluations in this run; training goes on")
+                self.process = None
+                return out
+            self.log.warning(f"the evaluator exited with code {code}; restarting it "
+                             f"({self.restarts}/{MAX_RESTARTS}); training goes on")
             self.start()
         return out
 
@@ -185,12 +196,13 @@ class Evaluator:
         self.process = None
 
 
-def wait_ready(evaluator: Evaluator, timeout: float) -> list[EvalResult]:
-    """Results of the evaluation in flight, waiting up to `timeout` s for it (at the
-    end of a run, and after each request of a `--serial` run)."""
+def wait_ready(evaluator: Evaluator, timeout: float, stop=lambda: False) -> list[EvalResult]:
+    """Results of the evaluation in flight, waiting for it up to `timeout` s or until
+    `stop()` (at the end of a run, and after each request of a `--serial` run)."""
     deadline = time.time() + timeout
     out: list[EvalResult] = []
-    while evaluator.busy_since is not None and time.time() < deadline:
+    while evaluator.busy_since is not None and evaluator.process is not None \
+            and time.time() < deadline and not stop():
         connection.wait([evaluator.results], min(1.0, max(0.0, deadline - time.time())))
         out += evaluator.poll()
     return out

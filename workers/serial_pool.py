@@ -2,10 +2,12 @@
 
 Sample Factory's serial mode, for runs that repeat bit for bit: with the same
 `--seed` on the same machine, a run gives the same rollouts, batches, updates and
-curve every time (`tests/test_serial.py`). Nothing runs concurrently: each
-`poll()` takes every actor in turn, by actor id, through one rollout of its
-`envs_per_worker` envs into slots of the shared pool (the same `Roller` an actor
-process runs), and the learner trains on what came back before the next `poll()`.
+curve every time (`tests/test_serial.py`). Nothing runs concurrently. While the
+learner has a batch in hand (it polls with `timeout` 0) nothing is stepped; else
+each `poll()` takes every actor once, round robin from where the last poll left
+off, through one rollout of its `envs_per_worker` envs into slots of the shared
+pool (the same `Roller` an actor process runs), as far as free slots allow, and the
+learner trains on what came back before the next `poll()`.
 Weights are pulled at the start of each rollout from the `SharedWeights` the
 learner just published, so the policy lag is fixed by the schedule, not by timing.
 
@@ -35,6 +37,7 @@ class SerialActorPool:
         self.resumes = resumes
         self.restarts = 0
         self.rollers: list[Roller] = []
+        self.next_actor = 0  # where the next poll starts its round
         self.actor_seconds: dict[str, float] = {}
 
     def start(self) -> None:
@@ -46,14 +49,17 @@ class SerialActorPool:
     def grant(self) -> None:
         """Nothing to hand out ahead: `poll` takes the slots of each rollout."""
 
-    def poll(self, timeout: float = 0.0) -> list[FinishedRollout]:
-        """One rollout of every actor, in actor order (`timeout` is not used: the work
-        is done here). An actor gets slots only if there are enough for all its envs."""
+    def poll(self, timeout: float = 0.05) -> list[FinishedRollout]:
+        """Nothing with `timeout` 0 (the learner has a batch to train on first); else one
+        rollout of each actor in turn, from `next_actor` on, while an actor's envs all
+        find free slots."""
         out = []
         n = self.cfg.envs_per_worker
-        for roller in self.rollers:
+        for _ in range(len(self.rollers) if timeout > 0 else 0):
             if len(self.slots.free) < n:
                 break
+            roller = self.rollers[self.next_actor]
+            self.next_actor = (self.next_actor + 1) % len(self.rollers)
             taken = self.slots.take(n)
             index = torch.tensor(taken, dtype=torch.int64)
             episodes = roller.rollout(
