@@ -34,6 +34,7 @@ def _only_run_dir(results: str) -> str:
 
 def test_pong_smoke_run_leaves_every_file(results):
     proc = run_main("--env=PongNoFrameskip-v4", "--environment_max_steps=1200",
+                    "--eval_interval=0",
                     "--worker_count=1", "--envs_per_worker=2", "--batch_size=4",
                     "--r_f_steps=10", "--status_interval=1", f"--results_dir={results}",
                     timeout=300)

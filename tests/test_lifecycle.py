@@ -77,7 +77,8 @@ def stop_and_check(proc: subprocess.Popen, signals: list[int], results: str,
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_first_signal_mid_training_checkpoints_and_exits_0(results, sig):
     shm_before = shm_entries()
-    proc = start_main("--env=PongNoFrameskip-v4", "--worker_count=2", "--envs_per_worker=4",
+    proc = start_main("--env=PongNoFrameskip-v4", "--eval_interval=0",
+                      "--worker_count=2", "--envs_per_worker=4",
                       "--batch_size=8", f"--results_dir={results}", "--status_interval=1")
     wait_for(lambda: learner_rows(results) >= 2, 120, "two learner updates", proc)
     out = stop_and_check(proc, [sig], results, shm_before)
@@ -92,7 +93,8 @@ def test_first_signal_mid_training_checkpoints_and_exits_0(results, sig):
 
 def test_signal_during_startup_still_leaves_a_loadable_checkpoint(results):
     shm_before = shm_entries()
-    proc = start_main("--env=PongNoFrameskip-v4", "--worker_count=2", "--envs_per_worker=4",
+    proc = start_main("--env=PongNoFrameskip-v4", "--eval_interval=0",
+                      "--worker_count=2", "--envs_per_worker=4",
                       f"--results_dir={results}")
     wait_for(lambda: run_dir(results) is not None, 60, "the run directory", proc)
     out = stop_and_check(proc, [signal.SIGINT], results, shm_before)
@@ -169,7 +171,8 @@ def test_signal_during_a_checkpoint_write(results):
     """SIGINT while a checkpoint_*.pt.tmp is being written: that save completes, the
     run stops cleanly and every checkpoint is loadable."""
     shm_before = shm_entries()
-    proc = start_main("--env=PongNoFrameskip-v4", "--worker_count=2", "--envs_per_worker=2",
+    proc = start_main("--env=PongNoFrameskip-v4", "--eval_interval=0",
+                      "--worker_count=2", "--envs_per_worker=2",
                       "--batch_size=4", "--r_f_steps=5", "--save_model_period=1",
                       f"--results_dir={results}")
     deadline = time.time() + 120
