@@ -49,6 +49,12 @@ def run_dir(results: str) -> str | None:
     return runs[0] if runs else None
 
 
+def run_log(results: str) -> str:
+    d = run_dir(results)
+    path = d and os.path.join(d, "run.log")
+    return open(path).read() if path and os.path.exists(path) else ""
+
+
 def learner_rows(results: str) -> int:
     d = run_dir(results)
     if not d or not os.path.exists(os.path.join(d, "learner.csv")):
@@ -153,18 +159,23 @@ def test_resume_continues_counters_schedule_and_files(results):
 
 
 def test_killed_actor_is_replaced_and_the_run_completes(results):
-    proc = start_main("--env=CartPole-v1", "--worker_count=2", "--environment_max_steps=40000",
-                      f"--results_dir={results}")
+    proc = start_main("--env=CartPole-v1", "--worker_count=2", "--environment_max_steps=10000000",
+                      "--eval_interval=0", f"--results_dir={results}")
     wait_for(lambda: learner_rows(results) >= 5, 60, "5 updates", proc)
     actors = [c for c in psutil.Process(proc.pid).children()
               if "spawn_main" in " ".join(c.cmdline())]
     assert len(actors) >= 2
     actors[0].kill()
-    out, _ = proc.communicate(timeout=120)
+    # conditions, not a budget: the restart is logged, then the run trains on
+    wait_for(lambda: "restarting it (1/3)" in run_log(results), 120, "the restart", proc)
+    after = learner_rows(results) + 5
+    wait_for(lambda: learner_rows(results) >= after, 120, "updates after the restart", proc)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, out
-    assert "killed by SIGKILL" in out and "restarting it (1/3)" in out
+    assert "killed by SIGKILL" in out
     summary = json.load(open(os.path.join(run_dir(results), "summary.json")))
-    assert summary["env_steps"] >= 40000 and summary["actor_restarts"] == 1
+    assert summary["actor_restarts"] == 1
 
 
 def test_signal_during_a_checkpoint_write(results):

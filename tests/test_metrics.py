@@ -146,13 +146,14 @@ def test_cartpole_run_writes_tensorboard_events_and_new_columns(results):
     with open(os.path.join(run, "learner.csv"), newline="") as f:
         reader = csv.DictReader(f)
         assert reader.fieldnames == LEARNER_COLUMNS
-        assert LEARNER_COLUMNS[10:] == NEW_COLUMNS + DIAGNOSTIC_COLUMNS
+        assert LEARNER_COLUMNS[10:] == NEW_COLUMNS + DIAGNOSTIC_COLUMNS + ["clip_fraction"]
         rows = list(reader)
     assert rows and all(float(r["policy_lag_mean"]) >= 0 and float(r["update_s"]) > 0
                         for r in rows)
     # the learning diagnostics are filled in: a KL, a step the optimizer took (the
     # last updates of the linear schedule may have lr 0, and then no step)
     assert all(float(r["kl"]) >= 0 and float(r["adv_std"]) >= 0 for r in rows)
+    assert all(r["clip_fraction"] == "" for r in rows)  # impala has no clip
     assert all(float(r["step_over_lr"]) > 0 for r in rows if float(r["lr"]) > 0)
     assert "losses/step_over_lr" in tags and "losses/explained_variance" in tags
     paths = _plot(run)
@@ -166,7 +167,7 @@ def test_resumed_old_learner_csv_gets_the_new_header(tmp_path):
     old = ",".join(LEARNER_COLUMNS[:10]) + "\r\n1,320,320,0.0,1,2,0.69,0.001,1,3\r\n"
     (tmp_path / "learner.csv").write_text(old)
     run = RunDir(str(tmp_path), "CartPole-v1", {}, echo=False, resume_path=str(tmp_path),
-                 keep_rows=(0, 1))
+                 keep_rows=(0, 1, 0))
     run.learner.writerow({c: 7 for c in LEARNER_COLUMNS})
     run.close()
     with open(tmp_path / "learner.csv", newline="") as f:
