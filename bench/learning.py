@@ -162,9 +162,9 @@ def plot(seeds: list[dict], thresholds, window: int, title: str, path: str) -> s
     for s in seeds:
         cols = curve(os.path.join(s["run_dir"], "episodes.csv"), window)
         line, = ax.plot(cols["frames"], cols["mean"], label=os.path.basename(s["run_dir"]))
-        path = os.path.join(s["run_dir"], "eval.csv")
-        if os.path.exists(path):
-            with open(path, newline="") as f:
+        eval_csv = os.path.join(s["run_dir"], "eval.csv")
+        if os.path.exists(eval_csv):
+            with open(eval_csv, newline="") as f:
                 rows = list(csv.DictReader(f))
             if rows:
                 ax.plot([int(r["frames"]) for r in rows], [float(r["mean"]) for r in rows],
