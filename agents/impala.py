@@ -13,11 +13,11 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
+from agents.distributions import Categorical
 from agents.normalize import update_returns, value_scale
 
 
@@ -57,16 +57,6 @@ def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
         squeezed = torch.tanh(rewards / 5.0)
         return torch.where(rewards < 0, 0.3 * squeezed, squeezed) * 5.0
     raise ValueError(f"unknown reward_clipping_method {method!r}")
-
-
-def categorical_kl(log_p: torch.Tensor, log_q: torch.Tensor) -> torch.Tensor:
-    """KL(p || q) over the last dim, from log-probabilities [..., A] -> [...]."""
-    return (log_p.exp() * (log_p - log_q)).sum(-1)
-
-
-def categorical_entropy(log_p: torch.Tensor) -> torch.Tensor:
-    """Entropy over the last dim, from log-probabilities [..., A] -> [...]."""
-    return -(log_p.exp() * log_p).sum(-1)
 
 
 def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
@@ -136,10 +126,8 @@ def impala_loss(
 
     rewards, discounts = transition_targets(batch, cfg)
     behaviour_logits = batch["logits"][:-1]
-    target_log_probs = F.log_softmax(logits[:-1], dim=-1)
-    behaviour_log_probs = F.log_softmax(behaviour_logits, dim=-1)
-    # KL(behaviour || current) per step [T, B]
-    kl = categorical_kl(behaviour_log_probs, target_log_probs)
+    target = Categorical(logits[:-1])
+    kl = Categorical(behaviour_logits).kl(target)  # KL(behaviour || current), [T, B]
     mask = None
     if cfg.kl_div_threshold > 0:
         mask = (kl.detach() <= cfg.kl_div_threshold).float()
@@ -164,7 +152,7 @@ def impala_loss(
     pg_loss = -(vt.target_action_log_probs * advantages * weight).sum() / denom
     scale = value_scale(model)
     value_loss = 0.5 * (((vt.vs - values[:-1]) / scale).pow(2) * weight).sum() / denom
-    entropy = (categorical_entropy(target_log_probs) * weight).sum() / denom
+    entropy = (target.entropy() * weight).sum() / denom
     loss = (
         cfg.policy_gradient_loss_weight * pg_loss
         + cfg.value_loss_weight * value_loss

@@ -42,17 +42,12 @@ from __future__ import annotations
 import dataclasses
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
-from agents.impala import (
-    categorical_entropy,
-    categorical_kl,
-    explained_variance,
-    transition_targets,
-)
+from agents.distributions import Categorical
+from agents.impala import explained_variance, transition_targets
 from agents.normalize import update_returns, value_scale
 
 
@@ -153,11 +148,10 @@ class PPOAgent(Agent):
         t, b = obs.shape[:2]
         logits, values = self.model(obs.reshape(t * b, *obs.shape[2:]))
         logits, values = logits.view(t, b, -1), values.view(t, b)
-        log_probs = F.log_softmax(logits, dim=-1)
-        behaviour = F.log_softmax(batch["logits"][:-1], dim=-1)
-        action = batch["action"][:-1].unsqueeze(-1)
-        log_ratio = (log_probs.gather(-1, action) - behaviour.gather(-1, action)).squeeze(-1)
-        kl = categorical_kl(behaviour, log_probs)  # KL(mu || pi), [T, b]
+        policy, behaviour = Categorical(logits), Categorical(batch["logits"][:-1])
+        action = batch["action"][:-1]
+        log_ratio = policy.log_prob(action) - behaviour.log_prob(action)
+        kl = behaviour.kl(policy)  # KL(mu || pi), [T, b]
         adv = (adv - adv.mean()) / (adv.std() + 1e-8)
         objective, active = policy_objective(log_ratio, adv, kl, cfg)
         pg_loss = -objective.mean()
@@ -168,7 +162,7 @@ class PPOAgent(Agent):
             clipped = old_values + (values - old_values).clamp(-cfg.value_clip, cfg.value_clip)
             value_err = torch.maximum(value_err, (clipped - returns).pow(2))
         value_loss = 0.5 * value_err.mean()
-        entropy = categorical_entropy(log_probs).mean()
+        entropy = policy.entropy().mean()
         loss = pg_loss + cfg.value_loss_weight * value_loss - cfg.entropy_loss_weight * entropy
         return loss, {"policy_loss": pg_loss.item(), "value_loss": value_loss.item(),
                       "entropy": entropy.item(), "kl": kl.mean().item(),

@@ -24,7 +24,8 @@ from __future__ import annotations
 import collections
 
 import torch
-import torch.nn.functional as F
+
+from agents.distributions import Categorical
 
 VTraceReturns = collections.namedtuple("VTraceReturns", ["vs", "pg_advantages"])
 
@@ -49,8 +50,7 @@ def action_log_probs(policy_logits: torch.Tensor, actions: torch.Tensor) -> torc
     Returns:
         float32 [T, B].
     """
-    log_probs = F.log_softmax(policy_logits, dim=-1)
-    return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    return Categorical(policy_logits).log_prob(actions)
 
 
 def _clip(x: torch.Tensor, threshold: float | None) -> torch.Tensor:

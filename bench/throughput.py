@@ -90,6 +90,7 @@ def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, normalize, n_en
                       out):
     import torch
 
+    from agents.distributions import Categorical
     from agents.networks import build_model
 
     torch.set_num_threads(1)
@@ -102,7 +103,7 @@ def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, normalize, n_en
             model(obs)
         calls, t0 = 0, time.time()
         while time.time() - t0 < seconds:
-            torch.multinomial(torch.softmax(model(obs)[0], -1), 1)
+            Categorical(model(obs)[0]).sample()
             calls += 1
     out.put((calls * n_envs, time.time() - t0))
 

@@ -31,6 +31,8 @@ from collections.abc import Callable
 
 import torch
 
+from agents.distributions import Categorical
+
 # ---------------------------------------------------------------------- distances
 
 
@@ -89,11 +91,8 @@ def kl_div(behaviour_logits: torch.Tensor, current_logits: torch.Tensor) -> torc
         probability 0 to an action the behaviour policy takes).
     """
     _check_pair(behaviour_logits, current_logits)
-    log_b = torch.log_softmax(behaviour_logits, dim=-1)
-    log_c = torch.log_softmax(current_logits, dim=-1)
-    prob_b = log_b.exp()
-    terms = torch.where(prob_b > 0, prob_b * (log_b - log_c), torch.zeros_like(prob_b))
-    return terms.sum(-1).clamp_min(0.0).mean(0)
+    kl = Categorical(behaviour_logits).kl(Categorical(current_logits))
+    return kl.clamp_min(0.0).mean(0)
 
 
 DISTANCES: dict[str, Callable[..., torch.Tensor]] = {

@@ -32,6 +32,7 @@ import traceback
 import numpy as np
 import torch
 
+from agents.distributions import Categorical
 from agents.networks import build_model
 from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
@@ -40,7 +41,7 @@ FP16_MAX = 65504.0  # stored features are clamped to float16's range, never inf
 
 
 class ModelPolicy:
-    """The network: batched action selection by sampling from its softmax.
+    """The network: batched action selection by sampling from its policy.
 
     Holds a CPU model built from the config, loaded from `weights` (SharedWeights) on
     `refresh()`; `version` is the weights' version held (-1 before the first pull).
@@ -62,7 +63,7 @@ class ModelPolicy:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor):
-        """obs [E, *obs_shape] -> action int64 [E] (sampled from softmax(logits)),
+        """obs [E, *obs_shape] -> action int64 [E] (sampled from the policy),
         logits float32 [E, A], value float32 [E], features float16 [E, hidden_size]
         (None unless `store_features`; the hidden layer of the same forward pass,
         clamped to float16's range)."""
@@ -72,8 +73,7 @@ class ModelPolicy:
             features = hidden.clamp(-FP16_MAX, FP16_MAX).half()
         else:
             logits, value = self.model(obs)
-        probs = torch.softmax(logits, dim=-1)
-        action = torch.multinomial(probs, 1, generator=self.rng).squeeze(-1)
+        action = Categorical(logits).sample(self.rng)
         return action, logits, value, features
 
     @torch.inference_mode()

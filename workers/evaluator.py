@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from agents.distributions import Categorical
 from agents.networks import build_model
 from workers.actor import die_with_parent
 from workers.weights import SharedWeights
@@ -49,11 +50,8 @@ def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | 
         while (done < quotas).any():
             if video is not None and done[0] < video_games:
                 video.add(env.frame(obs_np, 0))
-            logits, _ = model(obs)
-            if greedy:
-                action = logits.argmax(-1)
-            else:
-                action = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
+            policy = Categorical(model(obs)[0])
+            action = policy.mode() if greedy else policy.sample(gen)
             step = env.step(action.numpy())
             obs_np = step.obs
             obs = torch.from_numpy(obs_np)
