@@ -16,7 +16,7 @@ train: $(STAMP)
 	$(PY) main.py $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -9,9 +9,11 @@ run (flags after `--` are passed through as they are), in its own run directory
 under `--results_dir`. From its episodes.csv it reports, for each return
 threshold, the frames, env steps and wall seconds at which the mean return over
 the last `--window` (100) episodes first reached it (null if never), and the
-final and best mean-100. The top level holds the median over seeds of each
-figure (a seed that never reached a threshold counts as infinitely late, so the
-median is null when half of the seeds or more missed it). A PNG of the curves
+final and best mean (the last `--final_window` episodes, default `--window`; the
+top level counts the seeds whose final mean is at or above each threshold). The
+top level holds the median over seeds of each figure (a seed that never reached a
+threshold counts as infinitely late, so the median is null when half of the seeds
+or more missed it). A PNG of the curves
 (mean-100 against frames, one line per seed, thresholds dashed) goes next to
 the runs; its path is in the JSON.
 
@@ -99,9 +101,10 @@ def eval_result(run_dir: str, thresholds) -> dict | None:
             "final_mean": means[-1], "best_mean": max(means), "reached": reached}
 
 
-def seed_result(run_dir: str, thresholds, window: int) -> dict:
+def seed_result(run_dir: str, thresholds, window: int, final_window: int) -> dict:
     cols = curve(os.path.join(run_dir, "episodes.csv"), window)
-    means = cols["mean"][~np.isnan(cols["mean"])]
+    final = curve(os.path.join(run_dir, "episodes.csv"), final_window)["mean"]
+    means = final[~np.isnan(final)]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
     with open(os.path.join(run_dir, "flags.json")) as f:
@@ -147,6 +150,7 @@ def aggregate(seeds: list[dict], thresholds) -> dict:
                     "final_mean": statistics.median(e["final_mean"] for e in evals),
                     "best_mean": statistics.median(e["best_mean"] for e in evals)}
     return {"reached": out,
+            "final_at_least": {str(t): sum(f >= t for f in finals) for t in thresholds},
             "final_mean": statistics.median(finals) if finals else None,
             "best_mean": statistics.median(bests) if bests else None,
             "eval": eval_out}
@@ -211,6 +215,8 @@ def main(argv: list[str]) -> int:
                    "task's)")
     p.add_argument("--seeds", default="0", help="comma-separated seeds, run one after another")
     p.add_argument("--window", type=int, default=100, help="episodes in the running mean")
+    p.add_argument("--final_window", type=int, help="episodes in the final and best means "
+                   "(default: --window)")
     p.add_argument("--results_dir", default=os.path.join("results", "bench_learning"))
     p.add_argument("--log", help="file for the runs' output (default: stderr)")
     args = p.parse_args(ours)
@@ -241,13 +247,15 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"env": env, "seed": seed, "error": f"main.py exited {status}",
                               "run_dir": run_dir}))
             return 1
-        per_seed.append({"seed": seed, **seed_result(run_dir, thresholds, args.window)})
+        per_seed.append({"seed": seed, **seed_result(run_dir, thresholds, args.window,
+                                                         args.final_window or args.window)})
     name = args.task or env.replace("/", "-")
     png = os.path.join(results_dir, f"{name}_{int(t0)}.png")
     result = {
         "task": args.task, "env": env, "flags": extra, "seeds": seeds,
         "budget_frames": env_steps * fps, "budget_env_steps": env_steps,
-        "window": args.window, "thresholds": list(thresholds),
+        "window": args.window,
+        "final_window": args.final_window or args.window, "thresholds": list(thresholds),
         "median": aggregate(per_seed, thresholds), "per_seed": per_seed,
         "curve_png": plot(per_seed, thresholds, args.window,
                           f"{env} {' '.join(extra)}".strip(), png),
