@@ -174,7 +174,9 @@ flags.DEFINE_float("pg_rho_const", 1.0, "Clip of importance weights in the polic
 flags.DEFINE_float("c_const", 1.0, "c_bar: clip of the trace coefficients.")
 flags.DEFINE_float("policy_gradient_loss_weight", 1.0, "Weight of the policy-gradient loss.")
 flags.DEFINE_float("value_loss_weight", 0.5, "Weight of the baseline (value) loss.")
-flags.DEFINE_float("entropy_loss_weight", 0.01, "Weight of the entropy bonus.")
+flags.DEFINE_float("entropy_loss_weight", None, "Weight of the entropy bonus; auto: 0.01, but 0 "
+                   "for ppo and truly_ppo on vector observations (README: Runs that stay "
+                   "solved).")
 _define_bool("clip_rewards", None, "Clip rewards for learning; auto: on for Atari, off else.")
 _define_bool("normalize_advantages", False,
              "Scale each batch's policy-gradient advantages to mean 0, std 1. "
@@ -186,7 +188,8 @@ _define_bool("normalize_input", None,
 _define_bool("normalize_returns", None,
              "Train the value head on returns normalised by their running mean and std "
              "(Sample Factory's normalize_returns); the model still outputs values in return "
-             "units. Fixed for a run.")
+             "units; auto: on for ppo agents on Atari and vector observations. Fixed for a "
+             "run.")
 flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
                   ["abs_one_sign", "abs_one_clamp", "soft_asymmetric"], "How rewards are clipped.")
 

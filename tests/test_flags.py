@@ -60,6 +60,22 @@ def test_atari_defaults_are_sample_factorys_ppo_with_a_constant_learning_rate():
         assert (cfg.r_f_steps, cfg.normalize_input, cfg.lr_end_value) == (20, False, 0)
 
 
+def test_ppo_agents_on_vectors_normalise_returns_without_an_entropy_bonus():
+    # CartPole fell back after solving without that (README: Runs that stay solved)
+    for agent, normalized, entropy in (("impala", False, 0.01), ("ppo", True, 0.0),
+                                       ("truly_ppo", True, 0.0)):
+        cfg, errors = parse("--env=CartPole-v1", f"--agent={agent}")
+        assert not errors
+        assert (cfg.normalize_returns, cfg.normalize_input, cfg.entropy_loss_weight) == \
+            (normalized, False, entropy)
+    for agent in ("impala", "ppo"):  # MinAtar keeps its settings
+        cfg, _ = parse("--env=MinAtar/Breakout-v1", f"--agent={agent}")
+        assert (cfg.normalize_returns, cfg.entropy_loss_weight) == (False, 0.01)
+    given, _ = parse("--env=CartPole-v1", "--agent=ppo", "--entropy_loss_weight=0.02",
+                     "--normalize_returns=false")
+    assert (given.entropy_loss_weight, given.normalize_returns) == (0.02, False)
+
+
 def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
     for env, clip, batch in (("PongNoFrameskip-v4", 0.1, 8), ("CartPole-v1", 0.2, 32)):
         cfg, errors = parse(f"--env={env}", "--agent=ppo")
@@ -110,7 +126,7 @@ def test_flag_priority_command_line_over_checkpoint_over_defaults():
     assert merged["lr"] == 0.0042 and merged["gamma"] == 0.95  # checkpoint over defaults
     assert merged["op_mode"] == "train_w_load" and merged["load_model_url"] == "/x"
     assert merged["results_dir"] == "results"  # per-invocation flags never come from it
-    assert merged["entropy_loss_weight"] == 0.01  # neither: the default
+    assert merged["entropy_loss_weight"] is None  # neither: the default (auto)
 
 
 def test_a_checkpoint_from_before_the_auto_agent_resumes_as_it_was_trained():
