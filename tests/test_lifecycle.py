@@ -83,8 +83,9 @@ def stop_and_check(proc: subprocess.Popen, signals: list[int], results: str,
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_first_signal_mid_training_checkpoints_and_exits_0(results, sig):
     shm_before = shm_entries()
+    # rollouts of 20 steps: two updates of the default agent within seconds
     proc = start_main("--env=PongNoFrameskip-v4", "--eval_interval=0",
-                      "--worker_count=2", "--envs_per_worker=4",
+                      "--worker_count=2", "--envs_per_worker=4", "--r_f_steps=20",
                       "--batch_size=8", f"--results_dir={results}", "--status_interval=1")
     wait_for(lambda: learner_rows(results) >= 2, 120, "two learner updates", proc)
     out = stop_and_check(proc, [sig], results, shm_before)

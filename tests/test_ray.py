@@ -75,7 +75,8 @@ def test_killed_ray_actor_is_replaced_and_the_run_completes(results):
 def test_sigint_stops_cleanly_and_runs_resume_across_backends(results):
     shm_before = shm_entries()
     proc = start_main("--env=CartPole-v1", "--backend=ray", "--worker_count=1",
-                      "--environment_max_steps=30000", f"--results_dir={results}")
+                      "--environment_max_steps=30000", "--eval_interval=0",
+                      f"--results_dir={results}")
     wait_for(lambda: learner_rows(results) >= 5, 120, "5 updates", proc)
     out = stop_and_check(proc, [signal.SIGINT], results, shm_before, timeout=60)
     assert proc.returncode == 0, out[-3000:]
@@ -83,9 +84,11 @@ def test_sigint_stops_cleanly_and_runs_resume_across_backends(results):
     d = run_dir(results)
     saved = load_checkpoint(d)["counters"]
     assert saved["updates"] >= 5
-    local = resume(d, "--backend=local", "--environment_max_steps=40000")
-    assert local["env_steps"] >= 40000 and local["updates"] > saved["updates"]
-    back = resume(d, "--backend=ray", "--environment_max_steps=50000")
-    assert back["env_steps"] >= 50000 and back["updates"] > local["updates"]
+    # each resume trains 5000 env steps further than the run before it ended
+    first, second = saved["env_steps"] + 5000, saved["env_steps"] + 10000
+    local = resume(d, "--backend=local", f"--environment_max_steps={first}")
+    assert local["env_steps"] >= first and local["updates"] > saved["updates"]
+    back = resume(d, "--backend=ray", f"--environment_max_steps={second}")
+    assert back["env_steps"] >= second and back["updates"] > local["updates"]
     assert load_checkpoint(d)["counters"]["resumes"] == 2
     assert not ray_actor_processes()

@@ -23,8 +23,8 @@ def _rows(results: str, name: str) -> list[dict]:
 
 def _run(results: str, seed: int, *flags: str) -> None:
     proc = run_main("--serial", "--learner_threads=1", f"--seed={seed}", "--worker_count=2",
-                    "--environment_max_steps=6400",
-                    "--eval_interval=2000", "--eval_episodes=3", f"--results_dir={results}", *flags)
+                    "--environment_max_steps=3200",
+                    "--eval_interval=1000", "--eval_episodes=3", f"--results_dir={results}", *flags)
     assert proc.returncode == 0, proc.stderr
 
 
