@@ -54,19 +54,24 @@ TASKS = {
 }
 
 
-def curve(episodes_csv: str, window: int) -> dict[str, np.ndarray]:
-    """Per finished episode: env_steps, frames, wall_time and the mean return of the
-    last `window` episodes (NaN until `window` episodes are in)."""
-    with open(episodes_csv, newline="") as f:
-        rows = list(csv.DictReader(f))
-    cols = {k: np.array([float(r[k]) for r in rows])
-            for k in ("env_steps", "frames", "wall_time", "episode_return")}
-    returns = cols["episode_return"]
+def running_mean(returns: np.ndarray, window: int) -> np.ndarray:
+    """Per episode, the mean return of the last `window` episodes (NaN until `window`
+    episodes are in)."""
     mean = np.full(len(returns), np.nan)
     if len(returns) >= window:
         c = np.cumsum(np.insert(returns, 0, 0.0))
         mean[window - 1:] = (c[window:] - c[:-window]) / window
-    cols["mean"] = mean
+    return mean
+
+
+def curve(episodes_csv: str, window: int) -> dict[str, np.ndarray]:
+    """Per finished episode: env_steps, frames, wall_time, episode_return and `mean`,
+    the running mean over `window` episodes."""
+    with open(episodes_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    cols = {k: np.array([float(r[k]) for r in rows])
+            for k in ("env_steps", "frames", "wall_time", "episode_return")}
+    cols["mean"] = running_mean(cols["episode_return"], window)
     return cols
 
 
@@ -103,7 +108,7 @@ def eval_result(run_dir: str, thresholds) -> dict | None:
 
 def seed_result(run_dir: str, thresholds, window: int, final_window: int) -> dict:
     cols = curve(os.path.join(run_dir, "episodes.csv"), window)
-    final = curve(os.path.join(run_dir, "episodes.csv"), final_window)["mean"]
+    final = running_mean(cols["episode_return"], final_window)
     means = final[~np.isnan(final)]
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
@@ -231,6 +236,7 @@ def main(argv: list[str]) -> int:
     if args.env:
         env = args.env
     budget = args.frames or budget
+    final_window = args.final_window or args.window
     if not budget:
         p.error("give --frames")
     fps = frames_per_step(env, extra)
@@ -248,14 +254,14 @@ def main(argv: list[str]) -> int:
                               "run_dir": run_dir}))
             return 1
         per_seed.append({"seed": seed, **seed_result(run_dir, thresholds, args.window,
-                                                         args.final_window or args.window)})
+                                                         final_window)})
     name = args.task or env.replace("/", "-")
     png = os.path.join(results_dir, f"{name}_{int(t0)}.png")
     result = {
         "task": args.task, "env": env, "flags": extra, "seeds": seeds,
         "budget_frames": env_steps * fps, "budget_env_steps": env_steps,
         "window": args.window,
-        "final_window": args.final_window or args.window, "thresholds": list(thresholds),
+        "final_window": final_window, "thresholds": list(thresholds),
         "median": aggregate(per_seed, thresholds), "per_seed": per_seed,
         "curve_png": plot(per_seed, thresholds, args.window,
                           f"{env} {' '.join(extra)}".strip(), png),
