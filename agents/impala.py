@@ -18,6 +18,7 @@ from torch import nn
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
 from agents.distributions import Categorical
+from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
 
 
@@ -106,7 +107,7 @@ def impala_loss(
     """The IMPALA loss of one batch.
 
     Args:
-        model: maps obs [N, *obs_shape] to (logits [N, A], value [N]).
+        model: an `agents.networks.ActorCritic`, unrolled over the batch's T+1 rows.
         batch: obs [T+1, B, ...]; action int64, reward float32, done bool,
             truncated bool, bootstrap_value float32, value float32: [T+1, B];
             logits float32 [T+1, B, A].
@@ -118,11 +119,7 @@ def impala_loss(
     the running std of the returns (the loss of the normalised prediction), and the
     batch's V-trace targets are then folded into those statistics.
     """
-    obs = batch["obs"]
-    t1, b = obs.shape[:2]
-    logits, values = model(obs.reshape(t1 * b, *obs.shape[2:]))
-    logits = logits.view(t1, b, -1)
-    values = values.view(t1, b)
+    logits, values, _ = model(batch["obs"], *unroll_start(model, batch))
 
     rewards, discounts = transition_targets(batch, cfg)
     behaviour_logits = batch["logits"][:-1]

@@ -1,13 +1,20 @@
 """Actor-critic networks: the Nature CNN for Atari pixels, a small conv net for
 MinAtar's 10x10 grids, an MLP for vectors.
 
-Both map a flat batch of observations to policy logits and a state value:
-    forward(obs: [N, *obs_shape]) -> (logits float32 [N, A], value float32 [N])
-and, in the same single pass, can also return the last hidden layer of the policy
-path (`hidden_size` = H wide), which the replays may use as features:
-    forward_with_hidden(obs) -> (logits [N, A], value [N], hidden float32 [N, H])
-Pixels arrive as uint8 [N, C, H, W] and are scaled to [0, 1] inside the model, so
-uint8 travels all the way from the emulator to the first convolution.
+The model interface (`ActorCritic`), time-major, with a model state that a
+recurrent core carries from step to step (feed-forward nets: the empty tuple):
+    initial_state(B) -> state                     the state before any observation
+    forward(obs [T, B, *obs_shape], state, done bool [T, B])
+        -> (logits float32 [T, B, A], value float32 [T, B], new state)
+where done[t] says that x_t starts a new episode (a recurrent core zeroes its state
+before reading x_t; for a batch of rollouts, `unroll_start` gives both).
+The same single pass can also return the last hidden layer of the policy path
+(`hidden_size` = H wide), which the replays may use as features:
+    forward_with_hidden(obs, state, done) -> (logits, value, hidden float32 [T, B, H],
+                                              new state)
+The logits are the action distribution's parameters (`agents/distributions.py`).
+Pixels arrive as uint8 [T, B, C, H, W] and are scaled to [0, 1] inside the model,
+so uint8 travels all the way from the emulator to the first convolution.
 
 Every net can normalise its inputs and its value by running statistics
 (`normalize_input`, `normalize_returns`; see `agents/normalize.py`): the value
@@ -37,9 +44,35 @@ def orthogonal_init(model: nn.Module, policy: nn.Linear, baseline: nn.Linear) ->
     nn.init.orthogonal_(baseline.weight, 1.0)
 
 
+State = tuple[torch.Tensor, ...]  # a model's state, each tensor [B, ...]; () if none
+
+
 class ActorCritic(nn.Module):
-    """What the nets share: the optional running normalisers of inputs (`obs_norm`)
-    and returns (`return_norm`), None when off."""
+    """The model interface (module docstring) over a net's `_flat(obs [N, ...]) ->
+    (logits [N, A], value [N], hidden [N, H])`, and what the nets share: the optional
+    running normalisers of inputs (`obs_norm`) and returns (`return_norm`), None
+    when off. The nets here are feed-forward: their state is () and `done` is not
+    read."""
+
+    def initial_state(self, batch_size: int) -> State:
+        """The state of `batch_size` envs before their first observation."""
+        return ()
+
+    def forward(self, obs: torch.Tensor, state: State, done: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """(logits [T, B, A], value [T, B], new state) of obs [T, B, *obs_shape]."""
+        logits, value, _, state = self.forward_with_hidden(obs, state, done)
+        return logits, value, state
+
+    def forward_with_hidden(self, obs: torch.Tensor, state: State, done: torch.Tensor
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+        """(logits [T, B, A], value [T, B], hidden [T, B, H], new state), one pass."""
+        t, b = obs.shape[:2]
+        logits, value, hidden = self._flat(obs.reshape(t * b, *obs.shape[2:]))
+        return logits.view(t, b, -1), value.view(t, b), hidden.view(t, b, -1), state
+
+    def _flat(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
 
     def _normalizers(self, obs_shape: tuple[int, ...], normalize_input: bool,
                      normalize_returns: bool) -> None:
@@ -63,8 +96,8 @@ class ActorCritic(nn.Module):
 class NatureCNN(ActorCritic):
     """Mnih et al. (2015) torso with policy and value heads.
 
-    Input: uint8 [N, C, H, W] (C = stacked frames). Output: logits [N, A], value [N];
-    `forward_with_hidden` adds the fc output float32 [N, hidden_size] (after its ReLU).
+    Input: uint8 [.., C, H, W] (C = stacked frames). Hidden: the fc output float32
+    [.., hidden_size] (after its ReLU).
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 512,
@@ -92,17 +125,8 @@ class NatureCNN(ActorCritic):
     def scale_input(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.float().mul_(1.0 / 255.0)
 
-    def _hidden(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.torso(self._input(obs)))
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self._hidden(obs)
-        return self.policy(h), self._value(self.baseline(h))
-
-    def forward_with_hidden(self, obs: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logits [N, A], value [N], hidden [N, hidden_size]), one pass."""
-        h = self._hidden(obs)
+    def _flat(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        h = self.fc(self.torso(self._input(obs)))
         return self.policy(h), self._value(self.baseline(h)), h
 
 
@@ -112,8 +136,7 @@ class MinAtarCNN(ActorCritic):
     policy and value heads.
 
     Input: uint8 0/1 [N, C, H, W] (C = object channels, not stacked frames), taken
-    as it is. Output: logits [N, A], value [N]; `forward_with_hidden` adds the fc
-    output float32 [N, hidden_size] (after its ReLU).
+    as it is. Hidden: the fc output float32 [.., hidden_size] (after its ReLU).
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 256,
@@ -130,11 +153,7 @@ class MinAtarCNN(ActorCritic):
         self.baseline = nn.Linear(hidden_size, 1)
         orthogonal_init(self, self.policy, self.baseline)
 
-    def _hidden(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.torso(self._input(obs)))
-
-    forward = NatureCNN.forward
-    forward_with_hidden = NatureCNN.forward_with_hidden
+    _flat = NatureCNN._flat
 
 
 class MLP(ActorCritic):
@@ -142,8 +161,8 @@ class MLP(ActorCritic):
     for vector tasks: value gradients, of the scale of the returns, do not swamp
     the policy's features).
 
-    Input: float32 [N, D]. Output: logits [N, A], value [N]; `forward_with_hidden`
-    adds the policy torso's output float32 [N, hidden_size] (after its tanh).
+    Input: float32 [.., D]. Hidden: the policy torso's output float32
+    [.., hidden_size] (after its tanh).
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64,
@@ -169,13 +188,7 @@ class MLP(ActorCritic):
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
 
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        logits, value, _ = self.forward_with_hidden(obs)
-        return logits, value
-
-    def forward_with_hidden(self, obs: torch.Tensor
-                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(logits [N, A], value [N], hidden [N, hidden_size]), one pass."""
+    def _flat(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         x = self._input(obs)
         h = self.policy_torso(x)
         value = self._value(self.baseline(self.value_torso(x)))
@@ -197,21 +210,44 @@ def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
     return net(obs_shape, num_actions, hidden_size, normalize_input, normalize_returns)
 
 
+def unroll_start(model: ActorCritic, batch: dict[str, torch.Tensor]
+                 ) -> tuple[State, torch.Tensor]:
+    """What `model` needs to unroll over a batch of rollouts [T+1, B, ...] (workers/
+    slots.py): the state before row 0 and done bool [T+1, B], true where x_t starts
+    a new trajectory (the transition into it terminated or was truncated)."""
+    return model.initial_state(batch["obs"].shape[1]), batch["done"] | batch["truncated"]
+
+
+def step_model(model: ActorCritic, obs: torch.Tensor, state: State | None = None,
+               starts: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
+    """One time step of N envs: obs [N, *obs_shape] from `state` (default: the
+    initial state), starts bool [N] (obs begins an episode; default: all) ->
+    (logits [N, A], value [N], hidden [N, H], new state)."""
+    n = obs.shape[0]
+    if state is None:
+        state = model.initial_state(n)
+    if starts is None:
+        starts = torch.ones(n, dtype=torch.bool, device=obs.device)
+    logits, value, hidden, state = model.forward_with_hidden(obs[None], state, starts[None])
+    return logits[0], value[0], hidden[0], state
+
+
 @torch.no_grad()
 def policy_features(model: nn.Module, obs: torch.Tensor, obs_shape: tuple[int, ...],
                     kind: str = "logits", chunk: int = 2048) -> torch.Tensor:
     """The current policy's features of obs [..., *obs_shape] (any device; computed on
     the model's, in chunks): kind "logits" -> float32 [..., A]; "hidden" -> the policy
     path's last hidden layer, float32 [..., H] (what the actors store as "features").
-    What elite and attentive replays compare."""
-    if kind == "hidden":
-        def net(x):
-            return model.forward_with_hidden(x)[2]
-    elif kind == "logits":
-        def net(x):
-            return model(x)[0]
-    else:
+    What elite and attentive replays compare. Each observation is read alone, from
+    the initial state."""
+    if kind not in ("hidden", "logits"):
         raise ValueError(f"kind must be 'logits' or 'hidden', got {kind!r}")
+
+    def net(x):
+        logits, _, hidden, _ = step_model(model, x)
+        return hidden if kind == "hidden" else logits
+
     device = next(model.parameters()).device
     lead = obs.shape[: obs.dim() - len(obs_shape)]
     flat = obs.reshape(-1, *obs_shape)

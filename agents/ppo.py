@@ -48,6 +48,7 @@ from agents import vtrace
 from agents.agent import Agent, OptimConfig
 from agents.distributions import Categorical
 from agents.impala import explained_variance, transition_targets
+from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
 
 
@@ -122,10 +123,7 @@ class PPOAgent(Agent):
         """(advantages [T, B], value targets [T, B], V(x_t) [T, B]) of a batch, by
         the current model, without gradients."""
         cfg = self.cfg
-        obs = batch["obs"]
-        t1, b = obs.shape[:2]
-        logits, values = self.model(obs.reshape(t1 * b, *obs.shape[2:]))
-        logits, values = logits.view(t1, b, -1), values.view(t1, b)
+        logits, values, _ = self.model(batch["obs"], *unroll_start(self.model, batch))
         rewards, discounts = transition_targets(batch, cfg)
         if cfg.advantage == "vtrace":
             vt = vtrace.from_logits(
@@ -144,10 +142,8 @@ class PPOAgent(Agent):
         """The loss of rollouts `batch` ([T+1, b, ...]) with their advantages,
         targets and step-1 values ([T, b])."""
         cfg = self.cfg
-        obs = batch["obs"][:-1]
-        t, b = obs.shape[:2]
-        logits, values = self.model(obs.reshape(t * b, *obs.shape[2:]))
-        logits, values = logits.view(t, b, -1), values.view(t, b)
+        state, done = unroll_start(self.model, batch)
+        logits, values, _ = self.model(batch["obs"][:-1], state, done[:-1])
         policy, behaviour = Categorical(logits), Categorical(batch["logits"][:-1])
         action = batch["action"][:-1]
         log_ratio = policy.log_prob(action) - behaviour.log_prob(action)

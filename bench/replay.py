@@ -29,6 +29,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from agents.networks import policy_features, step_model  # noqa: E402
 from option_flags import default_values  # noqa: E402
 from replay.config import parse_replay_parameters  # noqa: E402
 from replay.mixer import BatchMixer, Prefetcher, build_replays  # noqa: E402
@@ -52,7 +53,7 @@ def fill(replays, pool, model, rollouts: int) -> None:
                 step = env.step(rng.integers(0, env.num_actions, size=ENVS))
                 obs = torch.from_numpy(step.obs)
             with torch.no_grad():
-                logits, value = model(obs)
+                logits, value, _, _ = step_model(model, obs)
             pool.buffers["obs"][t].index_copy_(0, slots, obs)
             pool.buffers["logits"][t].index_copy_(0, slots, logits)
             pool.buffers["value"][t].index_copy_(0, slots, value)
@@ -96,10 +97,8 @@ def main() -> None:
     agent = make_agent(cfg, env_info(cfg.env, cfg.env_options()))
     model = agent.model
 
-    @torch.no_grad()
     def features(obs):
-        lead = obs.shape[:-3]
-        return model(obs.reshape(-1, 4, 84, 84))[0].reshape(*lead, -1)
+        return policy_features(model, obs, (4, 84, 84))
 
     cap = args.rollouts
     text = (f'[{{"type": "standard", "capacity": {cap}, "sample_ratio": 0.5}}, '

@@ -91,19 +91,21 @@ def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, normalize, n_en
     import torch
 
     from agents.distributions import Categorical
-    from agents.networks import build_model
+    from agents.networks import build_model, step_model
 
     torch.set_num_threads(1)
     model = build_model(obs_shape, num_actions, hidden, *normalize).eval()
     dtype = torch.uint8 if obs_dtype == "uint8" else torch.float32
     obs = (torch.randint(0, 255, (n_envs, *obs_shape)) if dtype == torch.uint8
            else torch.randn(n_envs, *obs_shape)).to(dtype)
+    state, starts = model.initial_state(n_envs), torch.zeros(n_envs, dtype=torch.bool)
     with torch.inference_mode():
         for _ in range(5):
-            model(obs)
+            step_model(model, obs, state, starts)
         calls, t0 = 0, time.time()
         while time.time() - t0 < seconds:
-            Categorical(model(obs)[0]).sample()
+            logits, _, _, state = step_model(model, obs, state, starts)
+            Categorical(logits).sample()
             calls += 1
     out.put((calls * n_envs, time.time() - t0))
 

@@ -16,12 +16,14 @@ from replay.config import ReplaySpec, parse_replay_parameters
      torch.randint(0, 256, (3, 4, 84, 84), dtype=torch.uint8)),
 ])
 def test_forward_with_hidden_matches_forward(model, obs):
+    obs = obs.view(1, *obs.shape)  # [T=1, B, ...]
+    done = torch.ones(obs.shape[:2], dtype=torch.bool)
     with torch.no_grad():
-        logits, value = model(obs)
-        logits_h, value_h, hidden = model.forward_with_hidden(obs)
+        logits, value, _ = model(obs, (), done)
+        logits_h, value_h, hidden, _ = model.forward_with_hidden(obs, (), done)
     torch.testing.assert_close(logits_h, logits)
     torch.testing.assert_close(value_h, value)
-    assert hidden.shape == (obs.shape[0], model.hidden_size) and hidden.dtype == torch.float32
+    assert hidden.shape == (*obs.shape[:2], model.hidden_size) and hidden.dtype == torch.float32
     with torch.no_grad():  # the hidden layer is what the policy head reads
         torch.testing.assert_close(model.policy(hidden), logits)
 

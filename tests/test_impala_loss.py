@@ -8,14 +8,14 @@ import math
 import torch
 
 from agents.impala import LossConfig, clip_rewards, explained_variance, impala_loss
-from agents.networks import MLP
+from agents.networks import MLP, step_model
 
 
 def _batch(model, t: int, b: int, gamma_cut: tuple[int, int]):
     torch.manual_seed(0)
     obs = torch.randn(t + 1, b, 3)
     with torch.no_grad():
-        logits, values = model(obs.reshape(-1, 3))
+        logits, values, _, _ = step_model(model, obs.reshape(-1, 3))
     done = torch.zeros(t + 1, b, dtype=torch.bool)
     done[gamma_cut] = True
     return {
@@ -59,7 +59,7 @@ def test_on_policy_loss_equals_n_step_returns():
     with torch.no_grad():
         for p in model.parameters():
             p -= 0.01 * p.grad
-        new_logp = torch.log_softmax(model(batch["obs"][:t].reshape(-1, 3))[0], -1)
+        new_logp = torch.log_softmax(step_model(model, batch["obs"][:t].reshape(-1, 3))[0], -1)
         new_logp = new_logp.view(t, b, 2).gather(-1, batch["action"][:t, :, None])[..., 0]
     assert ((new_logp - logp) * adv).sum() > 0
 

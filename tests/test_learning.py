@@ -34,7 +34,7 @@ import os
 import pytest
 import torch
 
-from agents.networks import build_model
+from agents.networks import build_model, step_model
 from tests.conftest import run_main
 
 OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
@@ -54,7 +54,7 @@ def test_short_corridor_reaches_optimal_stochastic_policy(results):
     model = build_model((1,), 2, ckpt["config"]["hidden_size"])
     model.load_state_dict(ckpt["model"])
     with torch.no_grad():
-        logits, _ = model(torch.ones(1, 1))
+        logits, _, _, _ = step_model(model, torch.ones(1, 1))
     p_right = torch.softmax(logits, -1)[0, 1].item()
     print(f"short corridor p(right) = {p_right:.4f}")
     assert abs(p_right - OPTIMAL_P_RIGHT) < 0.03, p_right

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from agents.agent import OptimConfig
-from agents.networks import build_model
+from agents.networks import build_model, step_model
 from agents.normalize import RunningMeanStd, update_inputs, update_returns
 from agents.ppo import PPOAgent, PPOConfig
 from workers.weights import SharedWeights
@@ -48,8 +48,8 @@ def test_the_model_reads_normalised_pixels_and_outputs_values_in_return_units():
     x = obs.float().numpy()
     ref_in = np.clip((x - x.mean(0)) / np.sqrt(x.var(0) + 1e-5), -5, 5)
     np.testing.assert_allclose(model._input(obs).numpy(), ref_in, rtol=1e-4, atol=1e-5)
-    head = model.baseline(model._hidden(obs)).squeeze(-1)
-    _, value = model(obs)
+    _, value, hidden, _ = step_model(model, obs)
+    head = model.baseline(hidden).squeeze(-1)
     np.testing.assert_allclose(value.detach().numpy(),
                                head.detach().numpy() * np.sqrt(5.0 + 1e-5) + 4.0, rtol=1e-5)
 
@@ -62,10 +62,12 @@ def test_ppo_value_loss_is_the_loss_of_the_normalised_prediction():
                      OptimConfig(optimizer="adam", lr=1e-3), torch.device("cpu"))
     t, b = 3, 2
     batch = {"obs": torch.randn(t + 1, b, 4), "action": torch.randint(0, 2, (t + 1, b)),
-             "logits": torch.randn(t + 1, b, 2)}
+             "logits": torch.randn(t + 1, b, 2),
+             "done": torch.zeros(t + 1, b, dtype=torch.bool),
+             "truncated": torch.zeros(t + 1, b, dtype=torch.bool)}
     returns = torch.randn(t, b) * 10 + 25
     with torch.no_grad():
-        _, values = model(batch["obs"][:-1].reshape(t * b, 4))
+        _, values, _, _ = step_model(model, batch["obs"][:-1].reshape(t * b, 4))
     _, stats = agent.minibatch_loss(batch, torch.randn(t, b), returns, values.view(t, b))
     norm = model.return_norm
     head = (values.view(t, b) - norm.mean) / norm.std()
@@ -87,7 +89,7 @@ def test_actors_receive_the_statistics_with_the_weights():
         torch.testing.assert_close(dict(actor.named_buffers())[name].float(), buf.float())
     obs = torch.randint(0, 255, (2, 4, 84, 84), dtype=torch.uint8)
     with torch.no_grad():
-        torch.testing.assert_close(actor(obs), learner(obs))
+        torch.testing.assert_close(step_model(actor, obs), step_model(learner, obs))
 
 
 def test_an_update_folds_in_rows_0_to_T_minus_1_once():

@@ -14,6 +14,7 @@ import collections
 import torch
 
 from agents.impala import LossConfig, transition_targets
+from agents.networks import step_model, unroll_start
 from tests.actor_harness import actors
 from tests.counting_env import end_flags, episode_length
 
@@ -51,10 +52,11 @@ def test_rollouts_are_contiguous_and_consistent():
 
         # the behaviour outputs belong to the observation of their own row
         for r in rollouts:
+            batch = {k: v.unsqueeze(1) for k, v in r.items()}
             with torch.no_grad():
-                logits, value = model(r["obs"])
-            torch.testing.assert_close(r["logits"], logits)
-            torch.testing.assert_close(r["value"], value)
+                logits, value, _ = model(batch["obs"], *unroll_start(model, batch))
+            torch.testing.assert_close(r["logits"], logits[:, 0])
+            torch.testing.assert_close(r["value"], value[:, 0])
 
 
 def test_stored_features_are_the_hidden_layer_of_the_same_forward_pass():
@@ -65,11 +67,14 @@ def test_stored_features_are_the_hidden_layer_of_the_same_forward_pass():
             assert r["features"].shape == (UNROLL + 1, model.hidden_size)
             if k > 0:
                 assert torch.equal(r["features"][0], rollouts[k - 1]["features"][-1])
+            batch = {k: v.unsqueeze(1) for k, v in r.items()}
             with torch.no_grad():
-                logits, value, hidden = model.forward_with_hidden(r["obs"])
-            torch.testing.assert_close(r["logits"], logits)
-            torch.testing.assert_close(r["value"], value)
-            torch.testing.assert_close(r["features"].float(), hidden, atol=1e-3, rtol=1e-3)
+                logits, value, hidden, _ = model.forward_with_hidden(
+                    batch["obs"], *unroll_start(model, batch))
+            torch.testing.assert_close(r["logits"], logits[:, 0])
+            torch.testing.assert_close(r["value"], value[:, 0])
+            torch.testing.assert_close(r["features"].float(), hidden[:, 0], atol=1e-3,
+                                       rtol=1e-3)
             assert r["features"].abs().sum() > 0  # not the random-policy zeros
 
 
@@ -102,7 +107,7 @@ def test_episode_ends_cut_or_keep_bootstrapping():
                     assert r["truncated"][t + 1] and not r["done"][t + 1]
                     final = torch.tensor([[obs[t, 0], obs[t, 1] + 1, ep, step + 1]])
                     with torch.no_grad():
-                        v_final = model(final)[1][0]
+                        v_final = step_model(model, final)[1][0]
                     torch.testing.assert_close(r["bootstrap_value"][t + 1], v_final)
                     assert discounts[t, 0] == 0.0
                     torch.testing.assert_close(rewards[t, 0], arrived_reward + gamma * v_final)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from agents.distributions import Categorical
-from agents.networks import build_model
+from agents.networks import build_model, step_model
 from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
 
@@ -55,6 +55,7 @@ class ModelPolicy:
         self.model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size,
                                  cfg.normalize_input, cfg.normalize_returns)
         self.model.eval()
+        self.state = self.model.initial_state(cfg.envs_per_worker)
         self.version = -1
 
     def refresh(self) -> None:
@@ -62,24 +63,25 @@ class ModelPolicy:
         self.version = self.weights.pull(self.model, self.version)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor):
-        """obs [E, *obs_shape] -> action int64 [E] (sampled from the policy),
-        logits float32 [E, A], value float32 [E], features float16 [E, hidden_size]
-        (None unless `store_features`; the hidden layer of the same forward pass,
-        clamped to float16's range)."""
+    def act(self, obs: torch.Tensor, starts: torch.Tensor):
+        """obs [E, *obs_shape], starts bool [E] (obs begins a new episode) -> action
+        int64 [E] (sampled from the policy), logits float32 [E, A], value float32
+        [E], features float16 [E, hidden_size] (None unless `store_features`; the
+        hidden layer of the same forward pass, clamped to float16's range). Steps
+        the model's state of each env."""
+        logits, value, hidden, self.state = step_model(self.model, obs, self.state, starts)
         features = None
         if self.cfg.store_features:
-            logits, value, hidden = self.model.forward_with_hidden(obs)
             features = hidden.clamp(-FP16_MAX, FP16_MAX).half()
-        else:
-            logits, value = self.model(obs)
         action = Categorical(logits).sample(self.rng)
         return action, logits, value, features
 
     @torch.inference_mode()
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        """obs [N, *obs_shape] -> the model's value float32 [N]."""
-        return self.model(obs)[1]
+    def value(self, obs: torch.Tensor, envs: np.ndarray) -> torch.Tensor:
+        """The value float32 [N] of final observations obs [N, *obs_shape] of envs
+        `envs` [N] (their truncated episodes' last), read from those envs' state."""
+        state = tuple(s[envs] for s in self.state)
+        return step_model(self.model, obs, state, torch.zeros(len(envs), dtype=torch.bool))[1]
 
 
 class RandomPolicy:
@@ -98,7 +100,7 @@ class RandomPolicy:
         """Nothing to pull."""
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor):
+    def act(self, obs: torch.Tensor, starts: torch.Tensor):
         """obs [E, *obs_shape] -> action int64 [E] (uniform over A), logits float32
         [E, A] (zeros), value float32 [E] (zeros), features float16 [E, hidden_size]
         (zeros; None unless `store_features`)."""
@@ -112,7 +114,7 @@ class RandomPolicy:
         return action, logits, value, features
 
     @torch.inference_mode()
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: torch.Tensor, envs: np.ndarray) -> torch.Tensor:
         """obs [N, *obs_shape] -> zeros float32 [N]."""
         return torch.zeros(obs.shape[0])
 
@@ -219,7 +221,7 @@ class Roller:
         self.zeros_f = torch.zeros(n)
         zeros_b = torch.zeros(n, dtype=torch.bool)
         obs = torch.from_numpy(self.env.reset())
-        action, logits, value, features = self.policy.act(obs)
+        action, logits, value, features = self.policy.act(obs, torch.ones(n, dtype=torch.bool))
         self.row = {
             "obs": obs, "action": action, "logits": logits, "value": value,
             "reward": self.zeros_f, "done": zeros_b, "truncated": zeros_b,
@@ -239,19 +241,21 @@ class Roller:
             step = self.env.step(self.row["action"].numpy())
             t1 = clock()
             obs = torch.from_numpy(step.obs)
-            action, logits, value, features = policy.act(obs)
             bootstrap = self.zeros_f
-            if step.final_obs is not None:
+            if step.final_obs is not None:  # before `act` steps the state past it
                 bootstrap = torch.zeros(n)
                 idx = np.flatnonzero(step.truncated)
-                bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]))
+                bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]), idx)
+            done = torch.from_numpy(step.terminated)
+            truncated = torch.from_numpy(step.truncated)
+            action, logits, value, features = policy.act(obs, done | truncated)
             self.seconds["env"] += t1 - t0
             self.seconds["inference"] += clock() - t1
             self.row = {
                 "obs": obs, "action": action, "logits": logits, "value": value,
                 "reward": torch.from_numpy(step.reward),
-                "done": torch.from_numpy(step.terminated),
-                "truncated": torch.from_numpy(step.truncated),
+                "done": done,
+                "truncated": truncated,
                 "bootstrap_value": bootstrap,
                 "version": torch.full((n,), policy.version),
             }

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from agents.distributions import Categorical
-from agents.networks import build_model
+from agents.networks import build_model, step_model
 from workers.actor import die_with_parent
 from workers.weights import SharedWeights
 from wrappers.envs import EnvOptions, make_batched_env
@@ -46,15 +46,18 @@ def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | 
     gen = torch.Generator().manual_seed(seed)
     obs_np = env.reset()
     obs = torch.from_numpy(obs_np)
+    state, starts = model.initial_state(n), torch.ones(n, dtype=torch.bool)
     with torch.inference_mode():
         while (done < quotas).any():
             if video is not None and done[0] < video_games:
                 video.add(env.frame(obs_np, 0))
-            policy = Categorical(model(obs)[0])
+            logits, _, _, state = step_model(model, obs, state, starts)
+            policy = Categorical(logits)
             action = policy.mode() if greedy else policy.sample(gen)
             step = env.step(action.numpy())
             obs_np = step.obs
             obs = torch.from_numpy(obs_np)
+            starts = torch.from_numpy(step.terminated | step.truncated)
             for i, ret, length in step.episodes:
                 if done[i] < quotas[i]:
                     done[i] += 1
