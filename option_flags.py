@@ -102,6 +102,10 @@ flags.DEFINE_float("gradient_clip_by_norm_threshold", 0.5,
                    "fall back after solving.")
 flags.DEFINE_integer("hidden_size", None, "Width of the last hidden layer; auto: 512 Atari, 256 "
                      "MinAtar, 64 vector.")
+_define_bool("use_lstm", False, "An LSTM core after the torso (TorchBeast's flag): the actors "
+             "carry its state per env and store it with each rollout; the learner unrolls "
+             "it over T from the stored state. Fixed for a run.")
+flags.DEFINE_integer("lstm_size", 128, "Width of the LSTM core (--use_lstm). Fixed for a run.")
 
 # --- parallelism ---------------------------------------------------------------
 flags.DEFINE_integer("worker_count", None, "Actor processes; auto: the machine's core count.")
@@ -184,11 +188,11 @@ _define_bool("normalize_advantages", False,
 _define_bool("normalize_input", None,
              "Normalise observations by running per-element mean and std, clipped to +-5 "
              "(Sample Factory's normalize_input); the statistics are published to the actors "
-             "with the weights. Fixed for a run.")
+             "with the weights; auto: on for Atari. Fixed for a run.")
 _define_bool("normalize_returns", None,
              "Train the value head on returns normalised by their running mean and std "
              "(Sample Factory's normalize_returns); the model still outputs values in return "
-             "units; auto: on for ppo agents on Atari and vector observations. Fixed for a "
+             "units; auto: on for Atari, and for ppo agents on vector observations. Fixed for a "
              "run.")
 flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
                   ["abs_one_sign", "abs_one_clamp", "soft_asymmetric"], "How rewards are clipped.")

@@ -9,7 +9,8 @@ own: `agents/impala.py` (`--agent=impala`), `agents/ppo.py` (`ppo`, `truly_ppo`)
 
 Batch: dict of tensors `[T+1, B, ...]` (see `workers/slots.py`): obs (uint8 or
 float32), action int64, logits float32 [.., A], value / reward / bootstrap_value
-float32, done / truncated bool, and from the mixer `replayed` bool [B]; any other
+float32, done / truncated bool, core_state float32 (models with state), and from
+the mixer `replayed` bool [B]; any other
 field (the replays' "features", "version") is left on the CPU, unread.
 """
 
@@ -26,7 +27,7 @@ from agents.normalize import update_inputs
 
 # fields the losses read; the rest of a batch stays where it is
 LOSS_FIELDS = ("obs", "action", "logits", "value", "reward", "done", "truncated",
-               "bootstrap_value", "replayed")
+               "bootstrap_value", "core_state", "replayed")
 
 
 @dataclasses.dataclass(frozen=True)

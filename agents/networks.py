@@ -23,6 +23,8 @@ head then predicts normalised values and `forward` returns them in return units.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import math
 
 import torch
@@ -44,19 +46,73 @@ def orthogonal_init(model: nn.Module, policy: nn.Linear, baseline: nn.Linear) ->
     nn.init.orthogonal_(baseline.weight, 1.0)
 
 
-State = tuple[torch.Tensor, ...]  # a model's state, each tensor [B, ...]; () if none
+State = tuple[torch.Tensor, ...]  # a model's state: tensors of one shape [B, ...]; () if none
+
+
+def mask_state(state: State, starts: torch.Tensor) -> State:
+    """`state` with the rows of envs whose observation starts an episode (starts bool
+    [B]) zeroed: the state a recurrent core reads that observation with."""
+    return tuple(s * (~starts).view(-1, *(1,) * (s.dim() - 1)).to(s.dtype) for s in state)
+
+
+class LSTMCore(nn.Module):
+    """One LSTM layer over time (TorchBeast's `--use_lstm` core, CleanRL's init:
+    orthogonal weights, zero biases). State (h, c), each float32 [B, size]; it is
+    zeroed before every x_t where done[t] (`mask_state`)."""
+
+    def __init__(self, input_size: int, size: int):
+        super().__init__()
+        self.size = size
+        self.lstm = nn.LSTM(input_size, size)
+        for name, param in self.lstm.named_parameters():
+            (nn.init.zeros_ if "bias" in name else nn.init.orthogonal_)(param)
+
+    def initial_state(self, batch_size: int) -> State:
+        w = self.lstm.weight_hh_l0
+        return tuple(torch.zeros(batch_size, self.size, device=w.device) for _ in range(2))
+
+    def forward(self, x: torch.Tensor, state: State, done: torch.Tensor
+                ) -> tuple[torch.Tensor, State]:
+        """x [T, B, F], done bool [T, B] -> (output [T, B, size], state after x_{T-1}).
+        One LSTM call per stretch of rows between episode starts: a stretch [s, e)
+        begins at a row where some env starts an episode (its state is zeroed there)
+        and has no start inside."""
+        starts = torch.nonzero(done[1:].any(1)).flatten().add(1).tolist()
+        bounds = [0, *starts, x.shape[0]]
+        h, c = state
+        out = []
+        for s, e in itertools.pairwise(bounds):
+            h, c = mask_state((h, c), done[s])
+            y, (h, c) = self.lstm(x[s:e], (h[None], c[None]))
+            h, c = h[0], c[0]
+            out.append(y)
+        return torch.cat(out), (h, c)
 
 
 class ActorCritic(nn.Module):
-    """The model interface (module docstring) over a net's `_flat(obs [N, ...]) ->
-    (logits [N, A], value [N], hidden [N, H])`, and what the nets share: the optional
-    running normalisers of inputs (`obs_norm`) and returns (`return_norm`), None
-    when off. The nets here are feed-forward: their state is () and `done` is not
-    read."""
+    """The model interface (module docstring) over a net's torso `_features(x [N,
+    ...]) -> [N, F]` (x already scaled and normalised), an optional recurrent `core`
+    after it, and the policy and value heads on the core's output (or the torso's);
+    a net with a value path of its own (the MLP) gives `_value_features`. What the
+    nets also share: the optional running normalisers of inputs (`obs_norm`) and
+    returns (`return_norm`), None when off. `feature_size`: the width H of the
+    hidden layer the heads read (the core's size with a core)."""
+
+    def _normalizers(self, obs_shape: tuple[int, ...], normalize_input: bool,
+                     normalize_returns: bool) -> None:
+        self.obs_norm = RunningMeanStd(obs_shape) if normalize_input else None
+        self.return_norm = RunningMeanStd(()) if normalize_returns else None
+
+    def _heads(self, hidden_size: int, num_actions: int, lstm_size: int) -> None:
+        """The core (lstm_size > 0) and the policy and value heads after it."""
+        self.core = LSTMCore(hidden_size, lstm_size) if lstm_size > 0 else None
+        self.feature_size = lstm_size or hidden_size
+        self.policy = nn.Linear(self.feature_size, num_actions)
+        self.baseline = nn.Linear(self.feature_size, 1)
 
     def initial_state(self, batch_size: int) -> State:
         """The state of `batch_size` envs before their first observation."""
-        return ()
+        return () if self.core is None else self.core.initial_state(batch_size)
 
     def forward(self, obs: torch.Tensor, state: State, done: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, State]:
@@ -68,16 +124,22 @@ class ActorCritic(nn.Module):
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
         """(logits [T, B, A], value [T, B], hidden [T, B, H], new state), one pass."""
         t, b = obs.shape[:2]
-        logits, value, hidden = self._flat(obs.reshape(t * b, *obs.shape[2:]))
-        return logits.view(t, b, -1), value.view(t, b), hidden.view(t, b, -1), state
+        x = self._input(obs.reshape(t * b, *obs.shape[2:]))
+        h = self._features(x)
+        if self.core is None:
+            v = self._value_features(x, h)
+        else:
+            h, state = self.core(h.view(t, b, -1), state, done)
+            h = v = h.reshape(t * b, -1)
+        logits, value = self.policy(h), self._value(self.baseline(v))
+        return logits.view(t, b, -1), value.view(t, b), h.view(t, b, -1), state
 
-    def _flat(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def _normalizers(self, obs_shape: tuple[int, ...], normalize_input: bool,
-                     normalize_returns: bool) -> None:
-        self.obs_norm = RunningMeanStd(obs_shape) if normalize_input else None
-        self.return_norm = RunningMeanStd(()) if normalize_returns else None
+    def _value_features(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """What the value head reads without a core: the torso's features `h`."""
+        return h
 
     def scale_input(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [N, *obs_shape] as the float the net reads, before normalisation."""
@@ -101,7 +163,8 @@ class NatureCNN(ActorCritic):
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 512,
-                 normalize_input: bool = False, normalize_returns: bool = False):
+                 normalize_input: bool = False, normalize_returns: bool = False,
+                 lstm_size: int = 0):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         c, h, w = obs_shape
@@ -118,16 +181,14 @@ class NatureCNN(ActorCritic):
         with torch.no_grad():
             n_flat = self.torso(torch.zeros(1, c, h, w)).shape[1]
         self.fc = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU())
-        self.policy = nn.Linear(hidden_size, num_actions)
-        self.baseline = nn.Linear(hidden_size, 1)
+        self._heads(hidden_size, num_actions, lstm_size)
         orthogonal_init(self, self.policy, self.baseline)
 
     def scale_input(self, obs: torch.Tensor) -> torch.Tensor:
         return obs.float().mul_(1.0 / 255.0)
 
-    def _flat(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        h = self.fc(self.torso(self._input(obs)))
-        return self.policy(h), self._value(self.baseline(h)), h
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.torso(x))
 
 
 class MinAtarCNN(ActorCritic):
@@ -140,7 +201,8 @@ class MinAtarCNN(ActorCritic):
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 256,
-                 normalize_input: bool = False, normalize_returns: bool = False):
+                 normalize_input: bool = False, normalize_returns: bool = False,
+                 lstm_size: int = 0):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         c, h, w = obs_shape
@@ -149,24 +211,25 @@ class MinAtarCNN(ActorCritic):
             nn.Conv2d(c, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten())
         n_flat = 16 * (h - 2) * (w - 2)
         self.fc = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU())
-        self.policy = nn.Linear(hidden_size, num_actions)
-        self.baseline = nn.Linear(hidden_size, 1)
+        self._heads(hidden_size, num_actions, lstm_size)
         orthogonal_init(self, self.policy, self.baseline)
 
-    _flat = NatureCNN._flat
+    _features = NatureCNN._features
 
 
 class MLP(ActorCritic):
     """Separate two-layer tanh torsos for the policy and the value (as CleanRL does
     for vector tasks: value gradients, of the scale of the returns, do not swamp
-    the policy's features).
+    the policy's features). With a core, one torso: the policy's, then the core,
+    which both heads read (the value must see the memory too).
 
     Input: float32 [.., D]. Hidden: the policy torso's output float32
-    [.., hidden_size] (after its tanh).
+    [.., hidden_size] (after its tanh), or the core's.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64,
-                 normalize_input: bool = False, normalize_returns: bool = False):
+                 normalize_input: bool = False, normalize_returns: bool = False,
+                 lstm_size: int = 0):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         n_in = int(math.prod(obs_shape))
@@ -182,17 +245,16 @@ class MLP(ActorCritic):
             )
 
         self.policy_torso = torso()
-        self.value_torso = torso()
-        self.policy = nn.Linear(hidden_size, num_actions)
-        self.baseline = nn.Linear(hidden_size, 1)
+        self.value_torso = torso() if lstm_size == 0 else None
+        self._heads(hidden_size, num_actions, lstm_size)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
 
-    def _flat(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        x = self._input(obs)
-        h = self.policy_torso(x)
-        value = self._value(self.baseline(self.value_torso(x)))
-        return self.policy(h), value, h
+    def _features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.policy_torso(x)
+
+    def _value_features(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        return self.value_torso(x)
 
 
 # The Nature CNN's three convolutions need at least 36x36 pixels.
@@ -200,22 +262,76 @@ NATURE_MIN_SIZE = 36
 
 
 def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
-                normalize_input: bool = False, normalize_returns: bool = False) -> nn.Module:
+                normalize_input: bool = False, normalize_returns: bool = False,
+                lstm_size: int = 0) -> ActorCritic:
     """The Nature CNN for [C, H, W] observations of 36x36 or more (Atari), the MinAtar
-    conv net for smaller grids, the MLP for anything flatter."""
+    conv net for smaller grids, the MLP for anything flatter; with an LSTM core of
+    `lstm_size` after the torso if > 0."""
     if len(obs_shape) == 3:
         net = NatureCNN if min(obs_shape[1:]) >= NATURE_MIN_SIZE else MinAtarCNN
     else:
         net = MLP
-    return net(obs_shape, num_actions, hidden_size, normalize_input, normalize_returns)
+    return net(obs_shape, num_actions, hidden_size, normalize_input, normalize_returns,
+               lstm_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Everything that decides a model's architecture: the env's observation shape
+    and action count, then the flags of the same names (`ARCHITECTURE_FLAGS`, fixed
+    for a run). What the learner, the actors, the evaluator and test mode build."""
+
+    obs_shape: tuple[int, ...]
+    num_actions: int
+    hidden_size: int
+    normalize_input: bool = False
+    normalize_returns: bool = False
+    use_lstm: bool = False
+    lstm_size: int = 0  # read only with use_lstm (0 without: equal specs, equal nets)
+
+    def __post_init__(self):
+        object.__setattr__(self, "obs_shape", tuple(self.obs_shape))
+        if not self.use_lstm:
+            object.__setattr__(self, "lstm_size", 0)
+
+    @property
+    def feature_size(self) -> int:
+        """The width H of the hidden layer the heads read (`forward_with_hidden`)."""
+        return self.lstm_size if self.use_lstm else self.hidden_size
+
+    @property
+    def state_shape(self) -> tuple[int, ...]:
+        """The shape of one env's state packed by `pack_state`; () if stateless."""
+        return (2, self.lstm_size) if self.use_lstm else ()
+
+    def build(self) -> ActorCritic:
+        return build_model(self.obs_shape, self.num_actions, self.hidden_size,
+                           self.normalize_input, self.normalize_returns, self.lstm_size)
+
+
+ARCHITECTURE_FLAGS = tuple(f.name for f in dataclasses.fields(ModelSpec))[2:]
+
+
+def pack_state(state: State) -> torch.Tensor:
+    """A non-empty state as one tensor [B, k, ...] (k = its tensors), to store."""
+    return torch.stack(state, 1)
+
+
+def unpack_state(packed: torch.Tensor) -> State:
+    """`pack_state`'s inverse: [B, k, ...] -> k tensors [B, ...]."""
+    return tuple(packed.unbind(1))
 
 
 def unroll_start(model: ActorCritic, batch: dict[str, torch.Tensor]
                  ) -> tuple[State, torch.Tensor]:
     """What `model` needs to unroll over a batch of rollouts [T+1, B, ...] (workers/
-    slots.py): the state before row 0 and done bool [T+1, B], true where x_t starts
-    a new trajectory (the transition into it terminated or was truncated)."""
-    return model.initial_state(batch["obs"].shape[1]), batch["done"] | batch["truncated"]
+    slots.py): the state it read row 0 with (the batch's "core_state" row 0; none
+    for a stateless model) and done bool [T+1, B], true where x_t starts a new
+    trajectory (the transition into it terminated or was truncated)."""
+    state = model.initial_state(batch["obs"].shape[1])
+    if state:
+        state = unpack_state(batch["core_state"][0])
+    return state, batch["done"] | batch["truncated"]
 
 
 def step_model(model: ActorCritic, obs: torch.Tensor, state: State | None = None,
@@ -234,23 +350,27 @@ def step_model(model: ActorCritic, obs: torch.Tensor, state: State | None = None
 
 
 @torch.no_grad()
-def policy_features(model: nn.Module, obs: torch.Tensor, obs_shape: tuple[int, ...],
-                    kind: str = "logits", chunk: int = 2048) -> torch.Tensor:
+def policy_features(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor | None = None,
+                    *, obs_shape: tuple[int, ...], kind: str = "logits", chunk: int = 2048
+                    ) -> torch.Tensor:
     """The current policy's features of obs [..., *obs_shape] (any device; computed on
     the model's, in chunks): kind "logits" -> float32 [..., A]; "hidden" -> the policy
     path's last hidden layer, float32 [..., H] (what the actors store as "features").
-    What elite and attentive replays compare. Each observation is read alone, from
-    the initial state."""
+    What elite and attentive replays compare. Each observation is read alone, in one
+    step from `state` [..., *state_shape] (the stored "core_state" of its row: the
+    state the actor read it with, computed by older weights) for a model with state,
+    else from the initial state."""
     if kind not in ("hidden", "logits"):
         raise ValueError(f"kind must be 'logits' or 'hidden', got {kind!r}")
-
-    def net(x):
-        logits, _, hidden, _ = step_model(model, x)
-        return hidden if kind == "hidden" else logits
-
     device = next(model.parameters()).device
     lead = obs.shape[: obs.dim() - len(obs_shape)]
     flat = obs.reshape(-1, *obs_shape)
-    out = [net(flat[i:i + chunk].to(device)).float().cpu()
-           for i in range(0, flat.shape[0], chunk)]
+    states = None if state is None else state.reshape(flat.shape[0], *state.shape[len(lead):])
+    out = []
+    for i in range(0, flat.shape[0], chunk):
+        x = flat[i:i + chunk].to(device)
+        starts = torch.zeros(x.shape[0], dtype=torch.bool, device=device)
+        s = None if states is None else unpack_state(states[i:i + chunk].to(device))
+        logits, _, hidden, _ = step_model(model, x, s, None if s is None else starts)
+        out.append((hidden if kind == "hidden" else logits).float().cpu())
     return torch.cat(out).reshape(*lead, -1)

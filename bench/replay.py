@@ -97,8 +97,8 @@ def main() -> None:
     agent = make_agent(cfg, env_info(cfg.env, cfg.env_options()))
     model = agent.model
 
-    def features(obs):
-        return policy_features(model, obs, (4, 84, 84))
+    def features(obs, state=None):
+        return policy_features(model, obs, state, obs_shape=(4, 84, 84))
 
     cap = args.rollouts
     text = (f'[{{"type": "standard", "capacity": {cap}, "sample_ratio": 0.5}}, '

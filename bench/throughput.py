@@ -16,8 +16,8 @@ using the whole machine, all in frames/s (env steps x frameskip):
     compute_bound_fps  1 / (1/env + 1/inference + 1/learner): what full training could
                      reach if the machine did nothing but these three, one after another
     learner_fps_impala, train_fps_impala  the same two with --agent=impala and its
-                     defaults (on Atari the platform's defaults before ppo: T=20, batch 8,
-                     RMSProp, no normalisation), measured back to back with the above
+                     defaults (on Atari: T=20, batch 8, RMSProp, normalised inputs and
+                     returns), measured back to back with the above
     pipeline_fps_ray, train_fps_ray  with --backend=ray: the same two with the actors on
                      a local Ray instance (ray_bytes_per_env_rollout: what one env's
                      rollout costs through the object store), and their ratios to local
@@ -86,15 +86,15 @@ def env_ceiling_fps(cfg: Config, info, seconds: float) -> float:
     return sum(s / t for s, t in results) * info.frames_per_step
 
 
-def _inference_worker(obs_shape, obs_dtype, num_actions, hidden, normalize, n_envs, seconds,
-                      out):
+def _inference_worker(spec, obs_dtype, n_envs, seconds, out):
     import torch
 
     from agents.distributions import Categorical
-    from agents.networks import build_model, step_model
+    from agents.networks import step_model
 
     torch.set_num_threads(1)
-    model = build_model(obs_shape, num_actions, hidden, *normalize).eval()
+    model = spec.build().eval()
+    obs_shape = spec.obs_shape
     dtype = torch.uint8 if obs_dtype == "uint8" else torch.float32
     obs = (torch.randint(0, 255, (n_envs, *obs_shape)) if dtype == torch.uint8
            else torch.randn(n_envs, *obs_shape)).to(dtype)
@@ -115,9 +115,8 @@ def inference_fps(cfg: Config, info, seconds: float) -> float:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     procs = [ctx.Process(target=_inference_worker,
-                         args=(info.obs_shape, info.obs_dtype, info.num_actions,
-                               cfg.hidden_size, (cfg.normalize_input, cfg.normalize_returns),
-                               cfg.envs_per_worker, seconds, out))
+                         args=(cfg.model_spec(info), info.obs_dtype, cfg.envs_per_worker,
+                               seconds, out))
              for _ in range(cfg.worker_count)]
     for p in procs:
         p.start()

@@ -81,10 +81,11 @@ class StorageReplay:
                 float16) when the entry's `features` is "hidden".
             pixel_stack: frames per stacked obs (Atari), or None.
             max_chain_heads: storage frame-pool sizing (see replay/storage.py).
-            features_fn: obs [..., *obs_shape] -> float32 [..., K] under the current
-                policy (no grad), of the entry's `features` kind: logits (K = A) or the
-                hidden layer (K = H); needed by elite and attentive sampling and
-                insertion.
+            features_fn: (obs [..., *obs_shape], core_state [..., *state] or None) ->
+                float32 [..., K] under the current policy (no grad), of the entry's
+                `features` kind: logits (K = A) or the hidden layer (K = H); needed by
+                elite and attentive sampling and insertion. With "core_state" in the
+                spec (a model with state) it gets the stored state of each row.
             schedule_updates: the learning-rate schedule length in learner updates.
         """
         self.entry = entry
@@ -111,6 +112,9 @@ class StorageReplay:
         self.lock = threading.Lock()
         obs_shape, obs_dtype = spec["obs"]
         self.recent = torch.zeros((RECENT_STATES, *obs_shape[1:]), dtype=obs_dtype)
+        self.stateful = "core_state" in spec
+        self.recent_state = torch.zeros(RECENT_STATES, *spec["core_state"][0][1:]) \
+            if self.stateful else None
         self.recent_count = 0
         steps = min(entry.feature_steps, unroll_length + 1)
         self.feature_rows = torch.linspace(0, unroll_length, steps).round().long().unique()
@@ -129,6 +133,8 @@ class StorageReplay:
         """Store column 0 of `batch` (`[T+1, 1, ...]`, a copy of a slot); False."""
         with self.lock:
             self.recent[self.recent_count % RECENT_STATES] = batch["obs"][-1, 0]
+            if self.stateful:
+                self.recent_state[self.recent_count % RECENT_STATES] = batch["core_state"][-1, 0]
             self.recent_count += 1
             position = self._insert_position()
             try:
@@ -172,11 +178,14 @@ class StorageReplay:
         attentive, both current)."""
         attentive = self.strategy == "attentive_sampling"
         fields = ("obs",) if attentive else ("obs", self.feature_field)
+        fields += ("core_state",) if self.stateful else ()
         batch = self.storage.get(positions, rows=self.feature_rows, fields=fields)
-        current = self.features_fn(batch["obs"])
+        current = self.features_fn(batch["obs"], batch.get("core_state"))
         if attentive:
             n = min(self.recent_count, RECENT_STATES)
-            return sampling.attentive_distances(current, self.features_fn(self.recent[:n]))
+            recent_state = self.recent_state[:n] if self.stateful else None
+            return sampling.attentive_distances(
+                current, self.features_fn(self.recent[:n], recent_state))
         behaviour = batch[self.feature_field].float()
         if self.entry.dist_function == "ln_norm":
             return sampling.ln_norm(behaviour, current, self.entry.p)
@@ -217,6 +226,7 @@ class StorageReplay:
         state = {"counts": self.counts.clone(), "next_position": self.next_position,
                  "updates": self.updates, "lambda": self.current_lambda(),
                  "recent": self.recent.clone(), "recent_count": self.recent_count,
+                 **({"recent_state": self.recent_state.clone()} if self.stateful else {}),
                  "generator": self.generator.get_state(), "dropped": self.dropped}
         if include_data:
             state["storage"] = self.storage.state_dict()
@@ -229,6 +239,9 @@ class StorageReplay:
                     f"{self.capacity}")
         if tuple(state["recent"].shape) != tuple(self.recent.shape):
             return "its observations have another shape"
+        if self.stateful != ("recent_state" in state) or (
+                self.stateful and state["recent_state"].shape != self.recent_state.shape):
+            return "its model state has another shape (--use_lstm, --lstm_size)"
         if "storage" in state:
             return self.storage.state_problem(state["storage"])
         return None
@@ -241,6 +254,8 @@ class StorageReplay:
         self.next_position = state["next_position"]
         self.updates = state["updates"]
         self.recent.copy_(state["recent"])
+        if self.stateful:
+            self.recent_state.copy_(state["recent_state"])
         self.recent_count = state["recent_count"]
         self.generator.set_state(state["generator"])
         self.dropped = state.get("dropped", 0)

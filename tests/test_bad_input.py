@@ -87,6 +87,8 @@ CORPUS = [
     ([rp(Q % "0.5", E % '"p": -1')], "--replay_parameters"),
     # envs, replays that cannot be composed, missing checkpoints, sizes
     (["--env=NoSuchGame-v9"], "--env"), (["--env=ALE/NoSuchGame-v5"], "--env"),
+    (["--env=popgym:popgym-MineSweeperEasy-v0"], "--env"),  # MultiDiscrete actions
+    (["--env=no_such_module:Thing-v0"], "--env"),
     (["--replay_parameters=[{\"type\": \"queue\""], "--replay_parameters"),
     ([rp('{"type": "standard", "capacity": 9, "sample_ratio": 1}')], "--replay_parameters"),
     (["--batch_size=abc"], "batch_size"), (["--op_mode=test"], "--load_model_url"),

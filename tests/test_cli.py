@@ -68,14 +68,22 @@ def cartpole_run(tmp_path_factory):
     return _only_run_dir(results)
 
 
+def _contents(run: str) -> dict[str, bytes]:
+    return {os.path.relpath(os.path.join(d, f), run): open(os.path.join(d, f), "rb").read()
+            for d, _, files in os.walk(run) for f in files}
+
+
 @pytest.mark.parametrize("given, saved", [("--hidden_size=64", "--hidden_size=32"),
+                                          ("--use_lstm", "--use_lstm=False"),
                                           ("--agent=ppo", "--agent=impala")])
 def test_resume_refuses_a_different_network_or_agent(results, cartpole_run, given, saved):
+    before = _contents(cartpole_run)
     proc = run_main("--op_mode=train_w_load", f"--load_model_url={cartpole_run}", given,
                     f"--results_dir={results}", timeout=60)
     assert proc.returncode == 2
     assert given.split("=")[0] in proc.stderr and saved in proc.stderr
     assert not os.path.exists(results)
+    assert _contents(cartpole_run) == before  # the run directory, byte for byte
 
 
 def test_corrupt_checkpoint_is_a_clear_error(results, tmp_path):

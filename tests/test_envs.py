@@ -1,10 +1,13 @@
-"""The env factory: Atari life loss vs game over, unclipped scores, the short corridor."""
+"""The env factory: Atari life loss vs game over, unclipped scores, the short corridor,
+gymnasium's `module:EnvId` form and one-hot discrete observations (popgym)."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
+import pytest
 
-from wrappers.envs import EnvOptions, check_env_id, env_info, make_batched_env
+from wrappers.envs import EnvOptions, check_env_id, env_info, make_batched_env, vector_encoder
 from wrappers.short_corridor import ShortCorridorEnv
 
 
@@ -110,7 +113,7 @@ def test_env_id_checks():
     assert check_env_id("ALE/Breakout-v5") is None
     assert check_env_id("BreakoutNoFrameskip-v4") is None
     assert "unknown env" in check_env_id("Breakout-v99")
-    assert "discrete action space" in check_env_id("Pendulum-v1")
+    assert "action space Box" in check_env_id("Pendulum-v1")
     assert check_env_id("MinAtar/Breakout-v1") is None
     assert "MinAtar/Asterix-v1" in check_env_id("MinAtar/Pong-v1")  # lists the real ones
 
@@ -130,3 +133,27 @@ def test_short_corridor_dynamics():
     obs, reward, terminated, truncated, _ = env.step(1)
     assert (reward, terminated, truncated) == (-1.0, True, False)
     assert obs.tolist() == [1.0]
+
+
+def test_discrete_observations_are_one_hot():
+    space = gym.spaces.Discrete(3, start=1)
+    np.testing.assert_array_equal(vector_encoder(space)(np.array([1, 3])),
+                                  [[1, 0, 0], [0, 0, 1]])
+    multi = gym.spaces.MultiDiscrete([2, 3])
+    np.testing.assert_array_equal(vector_encoder(multi)(np.array([[1, 2], [0, 0]])),
+                                  [[0, 1, 0, 0, 1], [1, 0, 1, 0, 0]])
+    for odd in (gym.spaces.Box(0, 1, (2, 2)), gym.spaces.Tuple([space, space])):
+        with pytest.raises(ValueError, match="is not supported"):
+            vector_encoder(odd)
+
+
+def test_a_popgym_env_through_its_module():
+    env_id = "popgym:popgym-RepeatPreviousEasy-v0"  # Discrete(4) observations
+    assert check_env_id(env_id) is None
+    info = env_info(env_id, EnvOptions())
+    assert info.obs_shape == (4,) and info.kind == "vector" and info.num_actions == 4
+    env = make_batched_env(env_id, 3, EnvOptions(), seed=0)
+    obs = env.reset()
+    assert obs.dtype == np.float32 and (obs.sum(1) == 1).all()
+    env.close()
+    assert "MultiDiscrete" in check_env_id("popgym:popgym-BattleshipEasy-v0")  # its actions

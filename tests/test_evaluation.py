@@ -13,7 +13,7 @@ import time
 import torch
 import torch.multiprocessing as mp
 
-from agents.networks import build_model
+from agents.networks import ModelSpec, build_model
 from tests.conftest import run_main
 from training.run_dir import EVAL_COLUMNS
 from workers.evaluator import EvalConfig, Evaluator, play
@@ -58,10 +58,9 @@ def test_a_run_writes_eval_csv_and_its_summary(results):
 def test_a_dead_evaluator_is_restarted(caplog):
     info = env_info("CartPole-v1", EnvOptions())
     cfg = EvalConfig(env_id="CartPole-v1", env_options=EnvOptions(episodic_life=False),
-                     episodes=2, num_envs=2, greedy=True, obs_shape=info.obs_shape,
-                     num_actions=info.num_actions, hidden_size=8, normalize_input=False,
-                     normalize_returns=False, seed=0)
-    model = build_model(info.obs_shape, info.num_actions, 8)
+                     episodes=2, num_envs=2, greedy=True,
+                     model=ModelSpec(info.obs_shape, info.num_actions, 8), seed=0)
+    model = cfg.model.build()
     log = logging.getLogger("test_evaluator")
     ev = Evaluator(mp.get_context("spawn"), cfg, model, interval=10, log=log, next_at=10)
     ev.start()

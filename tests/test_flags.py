@@ -44,6 +44,9 @@ def test_auto_defaults_follow_the_observation_kind():
     assert vector.gradient_clip_by_norm_threshold == 0.5
     assert (vector.agent, minatar.agent) == ("impala", "impala")
     assert (vector.lr_end_value, minatar.lr_end_value, pixels.lr_end_value) == (0, 0, 0)
+    # Atari impala normalises inputs and returns too (Pong: 18 at 3.85M frames, issue 16)
+    assert (pixels.normalize_input, pixels.normalize_returns) == (True, True)
+    assert not (minatar.normalize_input or minatar.normalize_returns or vector.normalize_input)
 
 
 def test_atari_defaults_are_sample_factorys_ppo_with_a_constant_learning_rate():

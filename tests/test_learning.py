@@ -21,6 +21,8 @@ CartPole run 7 times slower (76 s against 11 s, measured).
   under a minute; with RMSProp's eps at IMPALA's 0.01 on mean-reduced losses (the
   defect that kept Pong at -20) the best mean-100 in 1M env steps was 0.9. The
   same target and budget hold for `--agent=ppo`.
+* popgym's RepeatPreviousEasy (memory): `--use_lstm` reaches a mean-100 of 0 within
+  120k env steps; the same flags without it stay at chance (below -0.4 at 60k).
 """
 
 from __future__ import annotations
@@ -141,3 +143,25 @@ def test_minatar_breakout_learns_from_pixels(results, agent):
                         "--env=MinAtar/Breakout-v1", f"--agent={agent}", window=100,
                         target=MINATAR_TARGET)
     assert solved is not None and solved[0] <= MINATAR_STEPS
+
+
+# popgym's RepeatPreviousEasy: say the suit of the card dealt 4 cards ago (return over a
+# deck in [-1, 1]; guessing scores -0.5). Only memory beats chance. With these flags
+# (serial, seed 0) the LSTM's mean-100 reached 0 at 68k env steps here (0.9 at 156k in
+# a longer screen); the feed-forward policy ended at -0.49 after 60k (-0.51 after 100k).
+MEMORY = ("--env=popgym:popgym-RepeatPreviousEasy-v0", "--agent=ppo", "--lr=1e-3",
+          "--r_f_steps=64", "--batch_size=16")
+
+
+def test_memory_needs_the_lstm(results):
+    solved = solved_run(results, "RepeatPreviousEasy --use_lstm", 120_000, *MEMORY,
+                        "--use_lstm", window=100, target=0.0)
+    assert solved is not None and solved[0] <= 120_000
+    chance = results + "_feed_forward"
+    proc = run_main(*SERIAL, "--environment_max_steps=60000", *MEMORY,
+                    f"--results_dir={chance}")
+    assert proc.returncode == 0, proc.stderr
+    rows = list(csv.DictReader(open(os.path.join(_run_dir(chance), "episodes.csv"))))
+    final = sum(float(r["episode_return"]) for r in rows[-100:]) / 100
+    print(f"RepeatPreviousEasy feed-forward: final mean-100 {final:.3f}")
+    assert final < -0.4

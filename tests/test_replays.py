@@ -108,7 +108,7 @@ def test_uniform_sampling_is_uniform_and_without_replacement_within_a_batch():
 def logits_features(table: dict[float, float]):
     """features_fn: the current policy's logits for a rollout identified by obs[..., 0]
     are (table[ident], 0, 0): its distance to the stored zero logits is |table[ident]|."""
-    def fn(obs):
+    def fn(obs, state=None):
         ident = obs[..., 0]
         out = torch.zeros(*obs.shape[:-1], 3)
         out[..., 0] = torch.tensor([table.get(float(v), 0.0) for v in ident.reshape(-1)]
@@ -180,7 +180,7 @@ def test_elite_insertion_overwrites_the_most_off_policy():
 
 
 def test_attentive_prefers_rollouts_like_the_newest_states():
-    def fn(obs):  # features: (ident, 1): cosine similarity favours similar idents
+    def fn(obs, state=None):  # features: (ident, 1): cosine similarity favours similar idents
         ident = obs[..., 0]
         return torch.stack([ident, torch.ones_like(ident)], -1)
 
@@ -284,7 +284,7 @@ def test_elite_with_hidden_features_compares_the_stored_features():
     pool = SlotPool(SPEC_H, num_slots=4)
     seen = []
 
-    def hidden_fn(obs):
+    def hidden_fn(obs, state=None):
         seen.append(obs.shape)
         out = torch.zeros(*obs.shape[:-1], H)
         out[..., 0] = 9.0
@@ -314,10 +314,10 @@ def test_hidden_features_are_stored_only_where_read_and_need_the_spec():
     assert not errors, errors
     pool = SlotPool(SPEC_H, num_slots=40)
 
-    def logits_fn(obs):
+    def logits_fn(obs, state=None):
         return torch.zeros(*obs.shape[:-1], 3)
 
-    def hidden_fn(obs):
+    def hidden_fn(obs, state=None):
         return torch.zeros(*obs.shape[:-1], H)
 
     replays = build_replays(entries, pool, SPEC_H, T, None, max_chain_heads=4, fill_in_factor=0.0,

@@ -15,25 +15,14 @@ import torch
 
 from agents.impala import LossConfig, transition_targets
 from agents.networks import step_model, unroll_start
-from tests.actor_harness import actors
+from tests.actor_harness import actors, collect_rollouts
 from tests.counting_env import end_flags, episode_length
 
 UNROLL = 5
 
 
 def collect(min_per_env: int, workers: int, envs: int, store_features: bool = False):
-    """Per env marker, the list of rollouts (dicts of [T+1, ...] tensors) in order,
-    at least `min_per_env` for each of the workers x envs envs."""
-    by_env = collections.defaultdict(list)
-    with actors(unroll=UNROLL, workers=workers, envs=envs, store_features=store_features) as h:
-        while len(by_env) < workers * envs or min(map(len, by_env.values())) < min_per_env:
-            for done in h.rollouts():
-                batch = h.slots.gather(torch.tensor(done.indices))
-                h.slots.release(done.indices)
-                for j in range(len(done.indices)):
-                    rollout = {k: v[:, j] for k, v in batch.items()}
-                    by_env[float(rollout["obs"][0, 0])].append(rollout)
-    return by_env, h.model
+    return collect_rollouts(min_per_env, workers, envs, UNROLL, store_features=store_features)
 
 
 def test_rollouts_are_contiguous_and_consistent():

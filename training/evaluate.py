@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from agents.networks import build_model
-from training.config import Config, env_options
+from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
+from training.config import SAVED_BEFORE, Config, env_options
 from training.run_dir import RunDir
 from workers.evaluator import play
 from wrappers.envs import make_batched_env
@@ -29,11 +29,11 @@ from wrappers.video import VideoSink, has_display
 
 
 def trained_model(info: dict, trained: dict):
-    """The checkpoint's net, before its weights are loaded (checkpoints from before
-    the normalisers existed have none)."""
-    return build_model(tuple(info["obs_shape"]), info["num_actions"], trained["hidden_size"],
-                       trained.get("normalize_input", False),
-                       trained.get("normalize_returns", False))
+    """The checkpoint's net, before its weights are loaded (`SAVED_BEFORE` fills what
+    older checkpoints lack)."""
+    saved = {**SAVED_BEFORE, **trained}
+    return ModelSpec(info["obs_shape"], info["num_actions"],
+                     **{name: saved.get(name) for name in ARCHITECTURE_FLAGS}).build()
 
 
 def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, seed):

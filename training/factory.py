@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 
 from agents.agent import Agent, OptimConfig
 from agents.impala import ImpalaAgent
-from agents.networks import build_model, policy_features
+from agents.networks import policy_features
 from agents.ppo import PPOAgent, PPOConfig
 from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
@@ -55,8 +55,7 @@ def ppo_config(cfg: Config) -> PPOConfig:
 
 def make_agent(cfg: Config, info: EnvInfo) -> Agent:
     """The `--agent` of `cfg` for `info`'s observations and actions."""
-    model = build_model(info.obs_shape, info.num_actions, cfg.hidden_size,
-                        cfg.normalize_input, cfg.normalize_returns)
+    model = cfg.model_spec(info).build()
     device = resolve_device(cfg.device)
     if cfg.agent == "impala":
         return ImpalaAgent(model, cfg.loss_config(), optim_config(cfg), device)
@@ -66,10 +65,8 @@ def make_agent(cfg: Config, info: EnvInfo) -> Agent:
 def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> ActorConfig:
     return ActorConfig(
         env_id=cfg.env, env_options=cfg.env_options(), envs_per_worker=cfg.envs_per_worker,
-        unroll_length=cfg.r_f_steps, obs_shape=info.obs_shape, num_actions=info.num_actions,
-        hidden_size=cfg.hidden_size, seed=cfg.seed + 1, policy=policy,
-        store_features=cfg.store_features, normalize_input=cfg.normalize_input,
-        normalize_returns=cfg.normalize_returns)
+        unroll_length=cfg.r_f_steps, model=cfg.model_spec(info), seed=cfg.seed + 1,
+        policy=policy, store_features=cfg.store_features)
 
 
 def restore_replays(mixer: BatchMixer, cfg: Config, checkpoint: dict) -> list[str]:
@@ -158,9 +155,7 @@ def make_evaluator(cfg: Config, info: EnvInfo, agent: Agent, run: RunDir, env_st
     eval_cfg = EvalConfig(
         env_id=cfg.env, env_options=cfg.env_options(training=False),
         episodes=cfg.eval_episodes, num_envs=min(cfg.eval_episodes, cfg.envs_per_worker),
-        greedy=cfg.eval_policy == "greedy", obs_shape=info.obs_shape,
-        num_actions=info.num_actions, hidden_size=cfg.hidden_size,
-        normalize_input=cfg.normalize_input, normalize_returns=cfg.normalize_returns,
+        greedy=cfg.eval_policy == "greedy", model=cfg.model_spec(info),
         seed=cfg.seed + 104_729)
     return Evaluator(mp.get_context("spawn"), eval_cfg, agent.model, cfg.eval_interval,
                      run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval)

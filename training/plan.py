@@ -42,8 +42,10 @@ class RunPlan:
 def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
     """The plan of `cfg`'s run; `info` saves the probe when the caller has it."""
     info = info or env_info(cfg.env, cfg.env_options())
+    model = cfg.model_spec(info)
     spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions,
-                        feature_size=cfg.hidden_size if cfg.store_features else 0)
+                        feature_size=model.feature_size if cfg.store_features else 0,
+                        state_shape=model.state_shape)
     num_slots = 2 * cfg.n_envs + 2 * cfg.batch_size
     pixel_stack = info.frame_stack or None
     max_chain_heads = 2 * cfg.n_envs + cfg.max_actor_restarts * cfg.envs_per_worker

@@ -9,9 +9,11 @@ rate schedule and RNG states go on, and rows are appended to its CSVs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
+from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
 from training.checkpoint import resolve_checkpoint_path, start_branch
 from training.config import SAVED_BEFORE, Config
 from training.factory import build_learner
@@ -20,9 +22,36 @@ from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.pool import ActorFailure
 
-# Settings a resumed or tested agent must share with its checkpoint.
-FIXED = ("env", "hidden_size", "frames_stacked", "optimizer", "agent", "normalize_input",
-         "normalize_returns")
+# Settings a resumed (all) or tested (the first two) agent must share with its
+# checkpoint, besides the architecture (`architecture_problem`).
+FIXED = ("env", "frames_stacked", "optimizer", "agent")
+
+
+def _changed(name: str, saved) -> str:
+    return (f"--{name}: the checkpoint was trained with --{name}={saved}, which cannot "
+            f"change; leave it out or pass --{name}={saved}")
+
+
+def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
+    """Why the checkpoint's model cannot be loaded into the model of `cfg`'s flags
+    (`agents.networks.ARCHITECTURE_FLAGS`), or None. A flag that changed is named;
+    anything else that makes the weights not fit (a missing or reshaped tensor) is
+    caught by comparing them with a model built from the flags."""
+    info, saved = checkpoint["env_info"], {**SAVED_BEFORE, **checkpoint["config"]}
+    theirs = ModelSpec(info["obs_shape"], info["num_actions"],
+                       **{name: saved.get(name) for name in ARCHITECTURE_FLAGS})
+    mine = dataclasses.replace(theirs, **{name: getattr(cfg, name)
+                                          for name in ARCHITECTURE_FLAGS})
+    for name in ARCHITECTURE_FLAGS:
+        if getattr(mine, name) != getattr(theirs, name):
+            return _changed(name, saved.get(name))
+    expected = {k: tuple(v.shape) for k, v in mine.build().state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in checkpoint["model"].items()}
+    if expected != found:
+        odd = sorted(set(expected.items()) ^ set(found.items()))[:3]
+        return (f"--load_model_url: the checkpoint's model does not fit the one these flags "
+                f"build (tensors that differ: {odd}); it was saved by another version")
+    return None
 
 
 def _fail(message: str) -> int:
@@ -34,11 +63,13 @@ def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str
     """(the run plan, None) if the run can start, else (None, the message of why not).
     A test needs no plan: it runs no actors and no replays."""
     if checkpoint is not None:
-        for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:3]:
+        for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:2]:
             saved = checkpoint["config"].get(name, SAVED_BEFORE.get(name))
             if saved != getattr(cfg, name):
-                return None, (f"--{name}: the checkpoint was trained with --{name}={saved}, "
-                              f"which cannot change; leave it out or pass --{name}={saved}")
+                return None, _changed(name, saved)
+        problem = architecture_problem(cfg, checkpoint)
+        if problem:
+            return None, problem
     if cfg.op_mode == "test":
         return None, None
     plan = make_plan(cfg)

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from agents.distributions import Categorical
-from agents.networks import build_model, step_model
+from agents.networks import ModelSpec, mask_state, pack_state, step_model
 from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
 
@@ -52,9 +52,7 @@ class ModelPolicy:
         self.cfg = cfg
         self.weights = weights
         self.rng = rng
-        self.model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size,
-                                 cfg.normalize_input, cfg.normalize_returns)
-        self.model.eval()
+        self.model = cfg.model.build().eval()
         self.state = self.model.initial_state(cfg.envs_per_worker)
         self.version = -1
 
@@ -63,18 +61,22 @@ class ModelPolicy:
         self.version = self.weights.pull(self.model, self.version)
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, starts: torch.Tensor):
-        """obs [E, *obs_shape], starts bool [E] (obs begins a new episode) -> action
-        int64 [E] (sampled from the policy), logits float32 [E, A], value float32
-        [E], features float16 [E, hidden_size] (None unless `store_features`; the
-        hidden layer of the same forward pass, clamped to float16's range). Steps
-        the model's state of each env."""
-        logits, value, hidden, self.state = step_model(self.model, obs, self.state, starts)
-        features = None
+    def act(self, obs: torch.Tensor, starts: torch.Tensor) -> dict[str, torch.Tensor]:
+        """obs [E, *obs_shape], starts bool [E] (obs begins a new episode) -> the
+        policy's fields of the row (workers/slots.py): action int64 [E] (sampled),
+        logits float32 [E, A], value float32 [E]; with `store_features` features
+        float16 [E, H] (the hidden layer of the same forward pass, clamped to
+        float16's range); for a model with state, core_state float32 [E, *state]
+        (the state that read obs: zeroed where `starts`). Steps each env's state."""
+        state = mask_state(self.state, starts)
+        logits, value, hidden, self.state = step_model(self.model, obs, state, starts)
+        row = {"action": Categorical(logits).sample(self.rng), "logits": logits,
+               "value": value}
         if self.cfg.store_features:
-            features = hidden.clamp(-FP16_MAX, FP16_MAX).half()
-        action = Categorical(logits).sample(self.rng)
-        return action, logits, value, features
+            row["features"] = hidden.clamp(-FP16_MAX, FP16_MAX).half()
+        if state:
+            row["core_state"] = pack_state(state)
+        return row
 
     @torch.inference_mode()
     def value(self, obs: torch.Tensor, envs: np.ndarray) -> torch.Tensor:
@@ -100,18 +102,16 @@ class RandomPolicy:
         """Nothing to pull."""
 
     @torch.inference_mode()
-    def act(self, obs: torch.Tensor, starts: torch.Tensor):
-        """obs [E, *obs_shape] -> action int64 [E] (uniform over A), logits float32
-        [E, A] (zeros), value float32 [E] (zeros), features float16 [E, hidden_size]
-        (zeros; None unless `store_features`)."""
-        n = obs.shape[0]
-        logits = torch.zeros(n, self.cfg.num_actions)
-        value = torch.zeros(n)
-        features = None
+    def act(self, obs: torch.Tensor, starts: torch.Tensor) -> dict[str, torch.Tensor]:
+        """`ModelPolicy.act`'s fields: action uniform over A, zeros for the rest."""
+        n, spec = obs.shape[0], self.cfg.model
+        row = {"action": torch.randint(0, spec.num_actions, (n,), generator=self.rng),
+               "logits": torch.zeros(n, spec.num_actions), "value": torch.zeros(n)}
         if self.cfg.store_features:
-            features = torch.zeros(n, self.cfg.hidden_size, dtype=torch.float16)
-        action = torch.randint(0, self.cfg.num_actions, (n,), generator=self.rng)
-        return action, logits, value, features
+            row["features"] = torch.zeros(n, spec.feature_size, dtype=torch.float16)
+        if spec.state_shape:
+            row["core_state"] = torch.zeros(n, *spec.state_shape)
+        return row
 
     @torch.inference_mode()
     def value(self, obs: torch.Tensor, envs: np.ndarray) -> torch.Tensor:
@@ -125,19 +125,14 @@ class ActorConfig:
     env_options: EnvOptions
     envs_per_worker: int
     unroll_length: int
-    obs_shape: tuple[int, ...]
-    num_actions: int
-    hidden_size: int
+    model: ModelSpec
     seed: int
     # the policy class, built in the actor as policy(cfg, weights, rng): ModelPolicy,
     # or RandomPolicy for the benchmarks; a module-level class, pickled by reference
     policy: type = ModelPolicy
-    # write each row's policy hidden layer as "features" (float16 [E, hidden_size]); the
-    # slots' spec must then have rollout_spec(..., feature_size=hidden_size)
+    # write each row's policy hidden layer as "features" (float16 [E, H]); the slots'
+    # spec must then have rollout_spec(..., feature_size=model.feature_size)
     store_features: bool = False
-    # the model's running normalisers (agents/normalize.py), as the learner's
-    normalize_input: bool = False
-    normalize_returns: bool = False
 
 
 def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
@@ -221,14 +216,11 @@ class Roller:
         self.zeros_f = torch.zeros(n)
         zeros_b = torch.zeros(n, dtype=torch.bool)
         obs = torch.from_numpy(self.env.reset())
-        action, logits, value, features = self.policy.act(obs, torch.ones(n, dtype=torch.bool))
         self.row = {
-            "obs": obs, "action": action, "logits": logits, "value": value,
+            "obs": obs, **self.policy.act(obs, torch.ones(n, dtype=torch.bool)),
             "reward": self.zeros_f, "done": zeros_b, "truncated": zeros_b,
             "bootstrap_value": self.zeros_f, "version": torch.full((n,), self.policy.version),
         }
-        if features is not None:
-            self.row["features"] = features
 
     def rollout(self, write) -> list[tuple[float, int]]:
         clock = time.perf_counter
@@ -248,19 +240,17 @@ class Roller:
                 bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]), idx)
             done = torch.from_numpy(step.terminated)
             truncated = torch.from_numpy(step.truncated)
-            action, logits, value, features = policy.act(obs, done | truncated)
+            acted = policy.act(obs, done | truncated)
             self.seconds["env"] += t1 - t0
             self.seconds["inference"] += clock() - t1
             self.row = {
-                "obs": obs, "action": action, "logits": logits, "value": value,
+                "obs": obs, **acted,
                 "reward": torch.from_numpy(step.reward),
                 "done": done,
                 "truncated": truncated,
                 "bootstrap_value": bootstrap,
                 "version": torch.full((n,), policy.version),
             }
-            if features is not None:
-                self.row["features"] = features
             write(t, self.row)
             episodes.extend((ret, length) for _, ret, length in step.episodes)
         return episodes

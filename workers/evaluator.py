@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from agents.distributions import Categorical
-from agents.networks import build_model, step_model
+from agents.networks import ModelSpec, step_model
 from workers.actor import die_with_parent
 from workers.weights import SharedWeights
 from wrappers.envs import EnvOptions, make_batched_env
@@ -72,11 +72,7 @@ class EvalConfig:
     episodes: int
     num_envs: int
     greedy: bool
-    obs_shape: tuple[int, ...]
-    num_actions: int
-    hidden_size: int
-    normalize_input: bool
-    normalize_returns: bool
+    model: ModelSpec
     seed: int
 
 
@@ -99,8 +95,7 @@ def run_evaluator(cfg: EvalConfig, weights: SharedWeights, requests, results) ->
     # 13.4% at the learner's priority, an evaluation every 37.5k env steps (README)
     os.nice(NICENESS)
     torch.set_num_threads(1)
-    model = build_model(cfg.obs_shape, cfg.num_actions, cfg.hidden_size, cfg.normalize_input,
-                        cfg.normalize_returns).eval()
+    model = cfg.model.build().eval()
     env = make_batched_env(cfg.env_id, cfg.num_envs, cfg.env_options, seed=cfg.seed)
     try:
         k = 0

@@ -26,6 +26,10 @@ Row convention (the same for every field): row t describes observation x_t.
                                        `feature_size=H > 0`, for replays whose
                                        features are "hidden"; float16 halves its
                                        memory (2H bytes per step)
+    core_state      [T+1, S, k, ...] float32 the model state that read x_t (zeroed
+                                       where x_t starts a trajectory; packed by
+                                       `agents.networks.pack_state`); only for a
+                                       model with state (--use_lstm: k = 2, (h, c))
 Row 0 repeats row T of the same env's previous rollout.
 """
 
@@ -41,10 +45,12 @@ _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 
 def rollout_spec(
     unroll_length: int, obs_shape: tuple[int, ...], obs_dtype: str, num_actions: int,
-    feature_size: int = 0,
+    feature_size: int = 0, state_shape: tuple[int, ...] = (),
 ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Per-slot shape (time-major, T+1 rows) and dtype of every field; with
-    `feature_size` H > 0 also "features" ((T+1, H), float16)."""
+    `feature_size` H > 0 also "features" ((T+1, H), float16); with a model state
+    (`state_shape`, `agents.networks.ModelSpec.state_shape`) also "core_state"
+    ((T+1, *state_shape), float32)."""
     t1 = unroll_length + 1
     spec = {
         "obs": ((t1, *obs_shape), _DTYPES[obs_dtype]),
@@ -59,6 +65,8 @@ def rollout_spec(
     }
     if feature_size > 0:
         spec["features"] = ((t1, feature_size), torch.float16)
+    if state_shape:
+        spec["core_state"] = ((t1, *state_shape), torch.float32)
     return spec
 
 

@@ -151,13 +151,36 @@ def check_env_id(env_id: str) -> str | None:
         env = gym.make(env_id)
     except Exception as e:  # noqa: BLE001 - report any construction failure
         return f"{env_id!r} could not be created: {e}"
-    ok = isinstance(env.action_space, gym.spaces.Discrete) and (
-        isinstance(env.observation_space, gym.spaces.Box) and len(env.observation_space.shape) == 1
-    )
+    action_space, observation_space = env.action_space, env.observation_space
     env.close()
-    if not ok:
-        return f"{env_id!r} needs a discrete action space and a vector observation"
+    if not isinstance(action_space, gym.spaces.Discrete):
+        return f"{env_id!r} has the action space {action_space}; only Discrete is supported"
+    try:
+        vector_encoder(observation_space)
+    except ValueError as e:
+        return f"{env_id!r}: {e}"
     return None
+
+
+def vector_encoder(space: gym.spaces.Space):
+    """The function that turns a batch of `space`'s observations into float32 [E, D]:
+    a 1-D Box as it is; Discrete(n) one-hot (D = n); MultiDiscrete one-hot per
+    component, concatenated (D = sum of nvec). Any other space: ValueError naming it."""
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return lambda o: np.asarray(o, dtype=np.float32)
+    if isinstance(space, gym.spaces.Discrete):
+        eye, start = np.eye(int(space.n), dtype=np.float32), int(space.start)
+        return lambda o: eye[np.asarray(o, dtype=np.int64) - start]
+    if isinstance(space, gym.spaces.MultiDiscrete) and space.nvec.ndim == 1:
+        eyes = [np.eye(int(n), dtype=np.float32) for n in space.nvec]
+        start = np.asarray(space.start, dtype=np.int64)
+
+        def encode(o):
+            o = np.asarray(o, dtype=np.int64) - start
+            return np.concatenate([eye[o[:, i]] for i, eye in enumerate(eyes)], axis=1)
+        return encode
+    raise ValueError(f"the observation space {space} is not supported: a 1-D Box, Discrete "
+                     "or 1-D MultiDiscrete (one-hot encoded) is")
 
 
 class _EpisodeTracker:
@@ -246,13 +269,12 @@ def _channel_first_uint8(obs: np.ndarray) -> np.ndarray:
 
 
 class GymBatchedEnv:
-    """gymnasium's sync vector env. Vector observations come as float32 [E, D]; with
-    `pixels` (MinAtar) bool [E, H, W, C] observations come as uint8 [E, C, H, W]."""
+    """gymnasium's sync vector env. Vector observations come as float32 [E, D]
+    (Discrete and MultiDiscrete ones one-hot, `vector_encoder`); with `pixels`
+    (MinAtar) bool [E, H, W, C] observations come as uint8 [E, C, H, W]."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, render: bool = False,
                  pixels: bool = False):
-        self.to_obs = _channel_first_uint8 if pixels else (
-            lambda o: np.asarray(o, dtype=np.float32))
         self.env = gym.make_vec(
             env_id,
             num_envs=num_envs,
@@ -260,6 +282,8 @@ class GymBatchedEnv:
             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
             **({"render_mode": "rgb_array"} if render else {}),
         )
+        self.to_obs = _channel_first_uint8 if pixels else vector_encoder(
+            self.env.single_observation_space)
         self.num_envs = num_envs
         self.num_actions = int(self.env.single_action_space.n)
         self.seed = seed
