@@ -1,7 +1,7 @@
 """Throughput of the pipeline against its parts, in one run, as JSON.
 
     python -m bench.throughput [--env=PongNoFrameskip-v4] [--steps=40000] [--repeats=1]
-                               [--backend=ray]
+                               [--backend=ray] [--use_lstm]
 
 Measured on the same env with the same worker_count x envs_per_worker, each
 using the whole machine, all in frames/s (env steps x frameskip):
@@ -140,6 +140,9 @@ def learner_alone_fps(cfg: Config, info, updates: int) -> float:
              "reward": torch.randn(t1, b), "done": torch.zeros(t1, b, dtype=torch.bool),
              "truncated": torch.zeros(t1, b, dtype=torch.bool),
              "bootstrap_value": torch.zeros(t1, b)}
+    state_shape = cfg.model_spec(info).state_shape
+    if state_shape:
+        batch["core_state"] = torch.zeros(t1, b, *state_shape)
     batch = {k: v.to(agent.device) for k, v in batch.items()}
 
     def sync():
@@ -212,6 +215,8 @@ def main() -> None:
                     help="torch threads of the learner (default: main.py's auto)")
     ap.add_argument("--learner_updates", type=int, default=20,
                     help="updates timed for learner_fps")
+    ap.add_argument("--use_lstm", action="store_true",
+                    help="every measurement with main.py's --use_lstm (its --lstm_size)")
     ap.add_argument("--backend", choices=("local", "ray"), default="local",
                     help="ray: also pipeline_fps_ray and train_fps_ray, actors on a local "
                          "Ray instance, and their ratios to the local figures")
@@ -224,6 +229,7 @@ def main() -> None:
         learner_threads=args.learner_threads,
         save_model_period=10**9,
         status_interval=1e9,
+        use_lstm=args.use_lstm,
     )
     cfg, errors = make_config(values)
     cfg_impala, errors_impala = make_config({**values, "agent": "impala"})
@@ -266,6 +272,7 @@ def main() -> None:
         worker_count=cfg.worker_count,
         envs_per_worker=cfg.envs_per_worker,
         agent=cfg.agent,
+        use_lstm=cfg.use_lstm,
         batch_size=cfg.batch_size,
         r_f_steps=cfg.r_f_steps,
         learner_threads=cfg.learner_threads,

@@ -82,3 +82,52 @@ def test_a_dead_evaluator_is_restarted(caplog):
         assert (res.env_steps, res.version, len(res.returns)) == (12, 3, 2)
     finally:
         ev.close()
+
+
+def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch):
+    info = env_info("CartPole-v1", EnvOptions())
+    cfg = EvalConfig(env_id="CartPole-v1", env_options=EnvOptions(episodic_life=False),
+                     episodes=4, num_envs=2, greedy=False,
+                     model=ModelSpec(info.obs_shape, info.num_actions, 8), seed=0)
+    model = cfg.model.build()
+    ev = Evaluator(mp.get_context("spawn"), cfg, model, interval=10,
+                   log=logging.getLogger("test_evaluator"), next_at=10, max_duty=0.25)
+    clock = [1000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    ev.start()
+    try:
+        assert ev.maybe_request(model, version=1, env_steps=10)
+        got = []
+        for _ in range(2400):  # up to about 120 s of real time
+            got = ev.poll()
+            if got:
+                break
+            ev.results.poll(0.05)
+        assert got, "no evaluation"
+        assert ev.not_before == 1000.0  # the clock stood still: it took 0 s, no wait
+        ev.busy_since, clock[0] = 1000.0, 1002.0  # pretend: asked at 1000, took 2 s
+        ev.results, real = _Ready(got[0]), ev.results
+        ev.poll()
+        ev.results = real
+        assert ev.not_before == 1000.0 + 2.0 / 0.25
+        assert not ev.maybe_request(model, version=2, env_steps=25)  # due, but capped
+        clock[0] = 1008.0
+        assert ev.maybe_request(model, version=2, env_steps=25)
+    finally:
+        ev.close()
+
+
+class _Ready:
+    """A results pipe holding one finished evaluation."""
+
+    def __init__(self, result):
+        self.items = [result]
+
+    def poll(self, timeout=0):
+        return bool(self.items)
+
+    def recv(self):
+        return self.items.pop()
+
+    def close(self):
+        pass

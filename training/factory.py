@@ -27,7 +27,7 @@ from training.plan import RunPlan
 from training.report import Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
-from workers.evaluator import EvalConfig, Evaluator
+from workers.evaluator import MAX_DUTY, EvalConfig, Evaluator
 from workers.pool import ActorPool
 from workers.serial_pool import SerialActorPool
 from workers.slots import SlotPool
@@ -158,4 +158,5 @@ def make_evaluator(cfg: Config, info: EnvInfo, agent: Agent, run: RunDir, env_st
         greedy=cfg.eval_policy == "greedy", model=cfg.model_spec(info),
         seed=cfg.seed + 104_729)
     return Evaluator(mp.get_context("spawn"), eval_cfg, agent.model, cfg.eval_interval,
-                     run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval)
+                     run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval,
+                     max_duty=None if cfg.serial else MAX_DUTY)

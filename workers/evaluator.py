@@ -8,8 +8,13 @@ process of its own, pulls those weights and plays `--eval_episodes` whole games
 sampled from the policy or, with `--eval_policy=greedy`, the most likely one. It
 sends back an `EvalResult`. It runs at a lower CPU priority than training
 (`NICENESS`). One evaluation runs at a time: a request that comes due
-while one is running waits for the next interval. An evaluator that dies is
-logged and restarted, `MAX_RESTARTS` times, then left off; training goes on.
+while one is running waits for the next interval. Evaluations also take at most
+`MAX_DUTY` of the wall time: after one that took D seconds the next waits until
+D / MAX_DUTY seconds after that one began (its cost to training is about MAX_DUTY
+times the cost while it runs: README, Evaluation). A `--serial` run, which waits
+for each evaluation anyway, has no such cap, so its eval.csv repeats bit for bit.
+An evaluator that dies is logged and restarted, `MAX_RESTARTS` times, then left
+off; training goes on.
 
 `play` is also test mode's (`training/evaluate.py`).
 """
@@ -114,6 +119,9 @@ def run_evaluator(cfg: EvalConfig, weights: SharedWeights, requests, results) ->
 
 MAX_RESTARTS = 3
 NICENESS = 10  # the evaluator's CPU priority below training's
+# the share of wall time evaluations may take: with Pong on 2 cores training ran 16%
+# slower while one was running, so a quarter of the time costs it about 4%
+MAX_DUTY = 0.25
 
 
 class Evaluator:
@@ -121,8 +129,10 @@ class Evaluator:
     `interval` env steps, `poll` for results, `close` at the end."""
 
     def __init__(self, ctx, cfg: EvalConfig, model: torch.nn.Module, interval: int, log,
-                 next_at: int):
+                 next_at: int, max_duty: float | None = None):
         self.ctx = ctx
+        self.max_duty = max_duty  # None: no cap (see the module docstring)
+        self.not_before = 0.0  # time.time() before which no evaluation starts
         self.cfg = cfg
         self.interval = interval
         self.log = log
@@ -144,9 +154,11 @@ class Evaluator:
         self.busy_since = None
 
     def maybe_request(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
-        """Ask for an evaluation of `model` if `env_steps` reached the next one and none
-        is running (one that comes due meanwhile is skipped); whether it asked."""
-        if env_steps < self.next_at or self.busy_since is not None or self.process is None:
+        """Ask for an evaluation of `model` if `env_steps` reached the next one, none
+        is running (one that comes due meanwhile is skipped) and the duty cap allows
+        it (a due one then waits for it); whether it asked."""
+        if env_steps < self.next_at or self.busy_since is not None or self.process is None \
+                or time.time() < self.not_before:
             return False
         self.weights.publish(model, version)
         try:
@@ -165,6 +177,9 @@ class Evaluator:
         try:
             while self.results.poll():
                 out.append(self.results.recv())
+                if self.max_duty and self.busy_since is not None:
+                    took = time.time() - self.busy_since
+                    self.not_before = self.busy_since + took / self.max_duty
                 self.busy_since = None
         except (EOFError, OSError):
             pass
