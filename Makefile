@@ -15,8 +15,11 @@ $(STAMP): requirements.txt
 train: $(STAMP)
 	$(PY) main.py $(ARGS)
 
+# Two pytest workers (one per core; a file's tests stay on one worker), then the
+# asynchronous learning tests (marked `alone`) by themselves on the quiet machine.
 test: $(STAMP)
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m alone $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

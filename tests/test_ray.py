@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import psutil
+import pytest
 
 from tests.conftest import ROOT
 from tests.test_learning import solved_run
@@ -45,6 +46,7 @@ def resume(d: str, *flags: str) -> dict:
     return json.load(open(os.path.join(d, "summary.json")))
 
 
+@pytest.mark.alone
 def test_cartpole_reaches_475_with_ray_actors(results):
     solved = solved_run(results, "CartPole-v1 --backend=ray", 500_000, "--env=CartPole-v1",
                         "--backend=ray", serial=False)
