@@ -55,14 +55,20 @@ def test_a_run_writes_eval_csv_and_its_summary(results):
     assert summary["eval_best"]["mean"] == max(float(r["mean"]) for r in rows)
 
 
-def test_a_dead_evaluator_is_restarted(caplog):
+def cartpole_evaluator(episodes: int, greedy: bool, max_duty: float | None = None):
+    """(an Evaluator of CartPole games on 2 envs, not started; its model)."""
     info = env_info("CartPole-v1", EnvOptions())
     cfg = EvalConfig(env_id="CartPole-v1", env_options=EnvOptions(episodic_life=False),
-                     episodes=2, num_envs=2, greedy=True,
+                     episodes=episodes, num_envs=2, greedy=greedy,
                      model=ModelSpec(info.obs_shape, info.num_actions, 8), seed=0)
     model = cfg.model.build()
-    log = logging.getLogger("test_evaluator")
-    ev = Evaluator(mp.get_context("spawn"), cfg, model, interval=10, log=log, next_at=10)
+    return Evaluator(mp.get_context("spawn"), cfg, model, interval=10,
+                     log=logging.getLogger("test_evaluator"), next_at=10,
+                     max_duty=max_duty), model
+
+
+def test_a_dead_evaluator_is_restarted(caplog):
+    ev, model = cartpole_evaluator(episodes=2, greedy=True)
     ev.start()
     try:
         ev.process.kill()
@@ -85,13 +91,7 @@ def test_a_dead_evaluator_is_restarted(caplog):
 
 
 def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch):
-    info = env_info("CartPole-v1", EnvOptions())
-    cfg = EvalConfig(env_id="CartPole-v1", env_options=EnvOptions(episodic_life=False),
-                     episodes=4, num_envs=2, greedy=False,
-                     model=ModelSpec(info.obs_shape, info.num_actions, 8), seed=0)
-    model = cfg.model.build()
-    ev = Evaluator(mp.get_context("spawn"), cfg, model, interval=10,
-                   log=logging.getLogger("test_evaluator"), next_at=10, max_duty=0.25)
+    ev, model = cartpole_evaluator(episodes=4, greedy=False, max_duty=0.25)
     clock = [1000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
     ev.start()
