@@ -25,7 +25,7 @@ UNROLL = 6
 
 def test_the_learner_unrolls_the_states_the_actor_had_across_episode_ends():
     by_env, model = collect_rollouts(8, workers=1, envs=2, unroll=UNROLL, lstm_size=8)
-    starts_seen = 0
+    starts_seen = truncations = 0
     for rollouts in by_env.values():
         for k, r in enumerate(rollouts):
             assert r["core_state"].shape == (UNROLL + 1, 2, 8)
@@ -42,9 +42,17 @@ def test_the_learner_unrolls_the_states_the_actor_had_across_episode_ends():
                     _, _, after = model(batch["obs"][:t], state, done[:t])
                     read_with = pack_state(mask_state(after, done[t]))[0]
                     torch.testing.assert_close(read_with, r["core_state"][t], atol=1e-6, rtol=0)
+                    if r["truncated"][t]:  # the cut episode's final obs, read on from x_{t-1}
+                        prev = r["obs"][t - 1]
+                        final = torch.stack([prev[0], prev[1] + 1, prev[2], prev[3] + 1])
+                        v_final = step_model(model, final[None], after,
+                                             torch.zeros(1, dtype=torch.bool))[1][0]
+                        torch.testing.assert_close(r["bootstrap_value"][t], v_final,
+                                                   atol=1e-6, rtol=0)
+                        truncations += 1
             if done[0, 0]:  # a reset at row 0: the stored state is zero
                 assert not r["core_state"][0].any()
-    assert starts_seen >= 4  # episode ends inside rollouts were crossed
+    assert starts_seen >= 4 and truncations >= 1  # episode ends inside rollouts were crossed
 
 
 def stepwise_core(self, x, state, done):

@@ -300,11 +300,10 @@ class GymBatchedEnv:
         reward = reward.astype(np.float32)
         truncated = truncated & ~terminated
         final_obs = None
-        if truncated.any():
-            blank = np.zeros(obs.shape[1:], dtype=obs.dtype)
+        if truncated.any():  # rows not truncated hold their own obs (a valid value), unread
             final_obs = self.to_obs(np.stack(
-                [np.asarray(o, dtype=obs.dtype) if t else blank
-                 for o, t in zip(info["final_obs"], truncated, strict=True)]
+                [np.asarray(o, dtype=obs.dtype) if t else own
+                 for o, own, t in zip(info["final_obs"], obs, truncated, strict=True)]
             ))
         episodes = self.tracker.update(reward, terminated | truncated)
         obs = self.to_obs(obs)
