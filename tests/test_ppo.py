@@ -93,9 +93,13 @@ class TableModel(nn.Module):
         self.logits = nn.Parameter(torch.tensor(logits))
         self.values = nn.Parameter(torch.tensor(values))
 
-    def forward(self, obs):
-        i = obs.reshape(-1).long()
-        return self.logits[i], self.values[i]
+    def initial_state(self, batch_size: int) -> tuple:
+        return ()
+
+    def forward(self, obs, state, done):
+        """obs [T, B, 1] -> (logits [T, B, A], value [T, B], state): the model interface."""
+        i = obs.reshape(obs.shape[:2]).long()
+        return self.logits[i], self.values[i], state
 
 
 def log_softmax(x):
@@ -116,7 +120,9 @@ def test_minibatch_loss_matches_numpy_with_normalised_advantages(truly):
     obs = torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1)
     behaviour = rng.normal(size=(t_len + 1, b, a))
     actions = rng.integers(0, a, size=(t_len + 1, b))
-    batch = {"obs": obs, "logits": torch.tensor(behaviour), "action": torch.tensor(actions)}
+    no_end = torch.zeros(t_len + 1, b, dtype=torch.bool)
+    batch = {"obs": obs, "logits": torch.tensor(behaviour), "action": torch.tensor(actions),
+             "done": no_end, "truncated": no_end}
     adv = rng.normal(2.0, 3.0, size=(t_len, b))  # far from mean 0, std 1
     returns, old_values = rng.normal(size=(t_len, b)), rng.normal(size=(t_len, b))
     loss, stats = agent.minibatch_loss(batch, torch.tensor(adv), torch.tensor(returns),
