@@ -2,8 +2,8 @@
 `FLAGS`.
 
 Flags keep the seed platform's names. A flag whose default is `None` ("auto")
-takes a value that suits the observation kind of `--env` (Atari, MinAtar or
-vector), see `training.config.AUTO_DEFAULTS`; a value given on the command line
+takes a value that suits the family of `--env` (Atari, MinAtar, continuous or
+vector), see `wrappers.envs.FAMILIES`; a value given on the command line
 always wins. `training.config.make_config` turns the values into the frozen
 `Config` and lists every problem; `main.py` prints them and exits with status 2
 before anything is written or started. `default_values` gives a Config's worth of
@@ -154,9 +154,9 @@ flags.DEFINE_float("kl_div_threshold", 0.0,
                    "dropped from the traces and losses; 0: off.")
 
 # --- PPO and Truly PPO (--agent=ppo / truly_ppo) ----------------------------------
-flags.DEFINE_integer("ppo_epochs", 4, "Passes over each batch.")
-flags.DEFINE_integer("ppo_minibatches", 4, "Minibatches per pass (whole rollouts each); "
-                     "at most --batch_size.")
+flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous.")
+flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass (whole rollouts each); "
+                     "at most --batch_size; auto: 4, 32 continuous.")
 flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
                    "0.2 vector (CleanRL's Atari and CartPole values).")
 flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "

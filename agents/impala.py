@@ -17,7 +17,6 @@ from torch import nn
 
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
-from agents.distributions import Categorical
 from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
 
@@ -108,9 +107,10 @@ def impala_loss(
 
     Args:
         model: an `agents.networks.ActorCritic`, unrolled over the batch's T+1 rows.
-        batch: obs [T+1, B, ...]; action int64, reward float32, done bool,
-            truncated bool, bootstrap_value float32, value float32: [T+1, B];
-            logits float32 [T+1, B, A].
+        batch: obs [T+1, B, ...]; action int64 [T+1, B] (float32 [T+1, B, A] for
+            continuous actions); reward float32, done bool, truncated bool,
+            bootstrap_value float32, value float32: [T+1, B]; logits float32
+            [T+1, B, P] (the behaviour distribution's params).
         cfg: loss weights, discount and clipping.
     Returns:
         (scalar loss with gradient, dict of float statistics).
@@ -123,8 +123,9 @@ def impala_loss(
 
     rewards, discounts = transition_targets(batch, cfg)
     behaviour_logits = batch["logits"][:-1]
-    target = Categorical(logits[:-1])
-    kl = Categorical(behaviour_logits).kl(target)  # KL(behaviour || current), [T, B]
+    dist = model.distribution
+    target = dist(logits[:-1])
+    kl = dist(behaviour_logits).kl(target)  # KL(behaviour || current), [T, B]
     mask = None
     if cfg.kl_div_threshold > 0:
         mask = (kl.detach() <= cfg.kl_div_threshold).float()
@@ -140,6 +141,7 @@ def impala_loss(
         clip_pg_rho_threshold=cfg.pg_rho_const,
         clip_c_threshold=cfg.c_const,
         mask=mask,
+        distribution=dist,
     )
     weight = torch.ones_like(kl) if mask is None else mask
     denom = weight.sum().clamp(min=1.0)

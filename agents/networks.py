@@ -5,14 +5,18 @@ The model interface (`ActorCritic`), time-major, with a model state that a
 recurrent core carries from step to step (feed-forward nets: the empty tuple):
     initial_state(B) -> state                     the state before any observation
     forward(obs [T, B, *obs_shape], state, done bool [T, B])
-        -> (logits float32 [T, B, A], value float32 [T, B], new state)
+        -> (params float32 [T, B, P], value float32 [T, B], new state)
 where done[t] says that x_t starts a new episode (a recurrent core zeroes its state
 before reading x_t; for a batch of rollouts, `unroll_start` gives both).
 The same single pass can also return the last hidden layer of the policy path
 (`hidden_size` = H wide), which the replays may use as features:
     forward_with_hidden(obs, state, done) -> (logits, value, hidden float32 [T, B, H],
                                               new state)
-The logits are the action distribution's parameters (`agents/distributions.py`).
+The params are the action distribution's (`model.distribution`, a class of
+`agents/distributions.py` picked by the env's `action_kind`): P = A logits over A
+discrete actions, or the mean and log-std of A continuous dimensions (P = 2A; the
+log-std is a learned parameter of its own, independent of the state, as in CleanRL
+and Sample Factory). Variable names say "logits" for either.
 Pixels arrive as uint8 [T, B, C, H, W] and are scaled to [0, 1] inside the model,
 so uint8 travels all the way from the emulator to the first convolution.
 
@@ -30,6 +34,7 @@ import math
 import torch
 from torch import nn
 
+from agents.distributions import DISTRIBUTIONS
 from agents.normalize import RunningMeanStd
 
 
@@ -103,12 +108,24 @@ class ActorCritic(nn.Module):
         self.obs_norm = RunningMeanStd(obs_shape) if normalize_input else None
         self.return_norm = RunningMeanStd(()) if normalize_returns else None
 
-    def _heads(self, hidden_size: int, num_actions: int, lstm_size: int) -> None:
-        """The core (lstm_size > 0) and the policy and value heads after it."""
+    def _heads(self, hidden_size: int, num_actions: int, lstm_size: int,
+               action_kind: str) -> None:
+        """The core (lstm_size > 0) and the policy and value heads after it. The
+        policy head gives A logits, or A Gaussian means next to `log_std`, a float32
+        [A] parameter (0 at first: std 1)."""
         self.core = LSTMCore(hidden_size, lstm_size) if lstm_size > 0 else None
         self.feature_size = lstm_size or hidden_size
+        self.distribution = DISTRIBUTIONS[action_kind]
         self.policy = nn.Linear(self.feature_size, num_actions)
+        self.log_std = nn.Parameter(torch.zeros(num_actions)) if action_kind == "box" else None
         self.baseline = nn.Linear(self.feature_size, 1)
+
+    def _policy_params(self, h: torch.Tensor) -> torch.Tensor:
+        """The distribution's params [N, P] from the heads' input h [N, H]."""
+        out = self.policy(h)
+        if self.log_std is None:
+            return out
+        return torch.cat([out, self.log_std.expand_as(out)], -1)
 
     def initial_state(self, batch_size: int) -> State:
         """The state of `batch_size` envs before their first observation."""
@@ -131,7 +148,7 @@ class ActorCritic(nn.Module):
         else:
             h, state = self.core(h.view(t, b, -1), state, done)
             h = v = h.reshape(t * b, -1)
-        logits, value = self.policy(h), self._value(self.baseline(v))
+        logits, value = self._policy_params(h), self._value(self.baseline(v))
         return logits.view(t, b, -1), value.view(t, b), h.view(t, b, -1), state
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
@@ -164,7 +181,7 @@ class NatureCNN(ActorCritic):
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 512,
                  normalize_input: bool = False, normalize_returns: bool = False,
-                 lstm_size: int = 0):
+                 lstm_size: int = 0, action_kind: str = "discrete"):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         c, h, w = obs_shape
@@ -181,7 +198,7 @@ class NatureCNN(ActorCritic):
         with torch.no_grad():
             n_flat = self.torso(torch.zeros(1, c, h, w)).shape[1]
         self.fc = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU())
-        self._heads(hidden_size, num_actions, lstm_size)
+        self._heads(hidden_size, num_actions, lstm_size, action_kind)
         orthogonal_init(self, self.policy, self.baseline)
 
     def scale_input(self, obs: torch.Tensor) -> torch.Tensor:
@@ -202,7 +219,7 @@ class MinAtarCNN(ActorCritic):
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 256,
                  normalize_input: bool = False, normalize_returns: bool = False,
-                 lstm_size: int = 0):
+                 lstm_size: int = 0, action_kind: str = "discrete"):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         c, h, w = obs_shape
@@ -211,7 +228,7 @@ class MinAtarCNN(ActorCritic):
             nn.Conv2d(c, 16, kernel_size=3, stride=1), nn.ReLU(), nn.Flatten())
         n_flat = 16 * (h - 2) * (w - 2)
         self.fc = nn.Sequential(nn.Linear(n_flat, hidden_size), nn.ReLU())
-        self._heads(hidden_size, num_actions, lstm_size)
+        self._heads(hidden_size, num_actions, lstm_size, action_kind)
         orthogonal_init(self, self.policy, self.baseline)
 
     _features = NatureCNN._features
@@ -229,7 +246,7 @@ class MLP(ActorCritic):
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64,
                  normalize_input: bool = False, normalize_returns: bool = False,
-                 lstm_size: int = 0):
+                 lstm_size: int = 0, action_kind: str = "discrete"):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         n_in = int(math.prod(obs_shape))
@@ -246,7 +263,7 @@ class MLP(ActorCritic):
 
         self.policy_torso = torso()
         self.value_torso = torso() if lstm_size == 0 else None
-        self._heads(hidden_size, num_actions, lstm_size)
+        self._heads(hidden_size, num_actions, lstm_size, action_kind)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
 
@@ -263,23 +280,25 @@ NATURE_MIN_SIZE = 36
 
 def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
                 normalize_input: bool = False, normalize_returns: bool = False,
-                lstm_size: int = 0) -> ActorCritic:
+                lstm_size: int = 0, action_kind: str = "discrete") -> ActorCritic:
     """The Nature CNN for [C, H, W] observations of 36x36 or more (Atari), the MinAtar
     conv net for smaller grids, the MLP for anything flatter; with an LSTM core of
-    `lstm_size` after the torso if > 0."""
+    `lstm_size` after the torso if > 0; a policy over `num_actions` discrete actions
+    or, with action_kind "box", continuous dimensions."""
     if len(obs_shape) == 3:
         net = NatureCNN if min(obs_shape[1:]) >= NATURE_MIN_SIZE else MinAtarCNN
     else:
         net = MLP
     return net(obs_shape, num_actions, hidden_size, normalize_input, normalize_returns,
-               lstm_size)
+               lstm_size, action_kind)
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
-    """Everything that decides a model's architecture: the env's observation shape
-    and action count, then the flags of the same names (`ARCHITECTURE_FLAGS`, fixed
-    for a run). What the learner, the actors, the evaluator and test mode build."""
+    """Everything that decides a model's architecture: the env's observation shape,
+    action count (or dimensions) and action kind (`ENV_FIELDS`, from `EnvInfo`), and
+    the flags of the same names (`ARCHITECTURE_FLAGS`, fixed for a run). What the
+    learner, the actors, the evaluator and test mode build."""
 
     obs_shape: tuple[int, ...]
     num_actions: int
@@ -288,6 +307,7 @@ class ModelSpec:
     normalize_returns: bool = False
     use_lstm: bool = False
     lstm_size: int = 0  # read only with use_lstm (0 without: equal specs, equal nets)
+    action_kind: str = "discrete"  # a key of agents.distributions.DISTRIBUTIONS
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(self.obs_shape))
@@ -304,12 +324,29 @@ class ModelSpec:
         """The shape of one env's state packed by `pack_state`; () if stateless."""
         return (2, self.lstm_size) if self.use_lstm else ()
 
+    @property
+    def param_size(self) -> int:
+        """P, the width of the distribution's params (the slots' "logits")."""
+        return DISTRIBUTIONS[self.action_kind].param_size(self.num_actions)
+
     def build(self) -> ActorCritic:
         return build_model(self.obs_shape, self.num_actions, self.hidden_size,
-                           self.normalize_input, self.normalize_returns, self.lstm_size)
+                           self.normalize_input, self.normalize_returns, self.lstm_size,
+                           self.action_kind)
+
+    @classmethod
+    def of(cls, info: dict, flags: dict) -> ModelSpec:
+        """The spec for an env's `info` (`EnvInfo` as a dict, as checkpoints hold it;
+        one saved before continuous actions has no action_kind: discrete) and flag
+        values (name -> value; at least `ARCHITECTURE_FLAGS`)."""
+        return cls(info["obs_shape"], info["num_actions"],
+                   action_kind=info.get("action_kind", "discrete"),
+                   **{name: flags.get(name) for name in ARCHITECTURE_FLAGS})
 
 
-ARCHITECTURE_FLAGS = tuple(f.name for f in dataclasses.fields(ModelSpec))[2:]
+ENV_FIELDS = ("obs_shape", "num_actions", "action_kind")  # the env's, not flags
+ARCHITECTURE_FLAGS = tuple(f.name for f in dataclasses.fields(ModelSpec)
+                           if f.name not in ENV_FIELDS)
 
 
 def pack_state(state: State) -> torch.Tensor:

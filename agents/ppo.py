@@ -46,7 +46,6 @@ from torch import nn
 
 from agents import vtrace
 from agents.agent import Agent, OptimConfig
-from agents.distributions import Categorical
 from agents.impala import explained_variance, transition_targets
 from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
@@ -131,7 +130,7 @@ class PPOAgent(Agent):
                 actions=batch["action"][:-1], discounts=discounts, rewards=rewards,
                 values=values[:-1], bootstrap_value=values[-1],
                 clip_rho_threshold=cfg.rho_const, clip_pg_rho_threshold=cfg.rho_const,
-                clip_c_threshold=cfg.c_const)
+                clip_c_threshold=cfg.c_const, distribution=self.model.distribution)
             return vt.pg_advantages, vt.vs, values[:-1]
         adv = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
         return adv, adv + values[:-1], values[:-1]
@@ -144,7 +143,8 @@ class PPOAgent(Agent):
         cfg = self.cfg
         state, done = unroll_start(self.model, batch)
         logits, values, _ = self.model(batch["obs"][:-1], state, done[:-1])
-        policy, behaviour = Categorical(logits), Categorical(batch["logits"][:-1])
+        dist = self.model.distribution
+        policy, behaviour = dist(logits), dist(batch["logits"][:-1])
         action = batch["action"][:-1]
         log_ratio = policy.log_prob(action) - behaviour.log_prob(action)
         kl = behaviour.kl(policy)  # KL(mu || pi), [T, b]

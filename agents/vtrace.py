@@ -41,16 +41,18 @@ VTraceFromLogitsReturns = collections.namedtuple(
 )
 
 
-def action_log_probs(policy_logits: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+def action_log_probs(policy_logits: torch.Tensor, actions: torch.Tensor,
+                     distribution: type = Categorical) -> torch.Tensor:
     """log pi(a|x) for the taken actions.
 
     Args:
-        policy_logits: float32 [T, B, A] unnormalised log-probabilities.
-        actions: int64 [T, B].
+        policy_logits: float32 [T, B, P], the params of `distribution` (a class of
+            agents/distributions.py; P = A unnormalised log-probabilities by default).
+        actions: int64 [T, B] (float32 [T, B, A] for a Gaussian).
     Returns:
         float32 [T, B].
     """
-    return Categorical(policy_logits).log_prob(actions)
+    return distribution(policy_logits).log_prob(actions)
 
 
 def _clip(x: torch.Tensor, threshold: float | None) -> torch.Tensor:
@@ -123,22 +125,25 @@ def from_logits(
     clip_pg_rho_threshold: float | None = 1.0,
     clip_c_threshold: float | None = 1.0,
     mask: torch.Tensor | None = None,
+    distribution: type = Categorical,
 ) -> VTraceFromLogitsReturns:
     """V-trace targets from behaviour (mu) and target (pi) logits.
 
     Args:
-        behaviour_policy_logits: float32 [T, B, A], mu's logits stored by the actor.
-        target_policy_logits: float32 [T, B, A], pi's logits from the learner.
-        actions: int64 [T, B], actions taken by mu.
+        behaviour_policy_logits: float32 [T, B, P], mu's params stored by the actor.
+        target_policy_logits: float32 [T, B, P], pi's params from the learner.
+        actions: int64 [T, B] (float32 [T, B, A] for a Gaussian), taken by mu.
         discounts, rewards, values, bootstrap_value, clip_*, mask: as in
             `from_importance_weights`.
+        distribution: the class of agents/distributions.py the params are of.
     Returns:
         VTraceFromLogitsReturns: vs, pg_advantages, log_rhos (all [T, B]) and the
         behaviour and target log-probabilities of the taken actions ([T, B]).
         `target_action_log_probs` keeps its gradient; the rest carry none.
     """
-    target_action_log_probs = action_log_probs(target_policy_logits, actions)
-    behaviour_action_log_probs = action_log_probs(behaviour_policy_logits, actions)
+    target_action_log_probs = action_log_probs(target_policy_logits, actions, distribution)
+    behaviour_action_log_probs = action_log_probs(behaviour_policy_logits, actions,
+                                                  distribution)
     log_rhos = (target_action_log_probs - behaviour_action_log_probs).detach()
     vtrace_returns = from_importance_weights(
         log_rhos=log_rhos,

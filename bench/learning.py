@@ -201,9 +201,9 @@ def run_seed(env: str, seed: int, env_steps: int, results_dir: str, extra: list[
 
 
 def frames_per_step(env: str, extra: list[str]) -> int:
-    from wrappers.envs import env_kind
+    from wrappers.envs import family_of
 
-    if env_kind(env) != "atari":
+    if not family_of(env).emulator_frames:
         return 1
     given = [a.split("=", 1)[1] for a in extra if a.startswith("--skipped_frames=")]
     return int(given[-1]) if given else 4

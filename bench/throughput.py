@@ -89,7 +89,6 @@ def env_ceiling_fps(cfg: Config, info, seconds: float) -> float:
 def _inference_worker(spec, obs_dtype, n_envs, seconds, out):
     import torch
 
-    from agents.distributions import Categorical
     from agents.networks import step_model
 
     torch.set_num_threads(1)
@@ -105,7 +104,7 @@ def _inference_worker(spec, obs_dtype, n_envs, seconds, out):
         calls, t0 = 0, time.time()
         while time.time() - t0 < seconds:
             logits, _, _, state = step_model(model, obs, state, starts)
-            Categorical(logits).sample()
+            model.distribution(logits).sample()
             calls += 1
     out.put((calls * n_envs, time.time() - t0))
 

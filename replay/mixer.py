@@ -20,6 +20,7 @@ import threading
 
 import torch
 
+from agents.distributions import Categorical
 from replay.base import Replay
 from replay.config import ReplaySpec, batch_shares
 from replay.queue import QueueReplay
@@ -29,13 +30,14 @@ from replay.storage_replay import StorageReplay
 def build_replays(entries: list[ReplaySpec], pool, spec: dict, unroll_length: int,
                   pixel_stack: int | None, max_chain_heads: int, fill_in_factor: float,
                   features_fn, schedule_updates: float, seed: int = 0,
-                  hidden_features_fn=None) -> list[Replay]:
+                  hidden_features_fn=None, distribution: type = Categorical) -> list[Replay]:
     """One replay per parsed `--replay_parameters` entry.
 
     `features_fn` computes current logits (float32 [..., A]) and `hidden_features_fn`
     the current policy's hidden layer (float32 [..., H]) of obs [..., *obs_shape]; each
     custom replay gets the one its `features` names. `spec` must have "features" if an
     entry reads stored hidden features (`ReplaySpec.stores_hidden_features`).
+    `distribution`: the class of the stored params (agents/distributions.py).
     """
     replays = []
     for i, e in enumerate(entries):
@@ -51,7 +53,8 @@ def build_replays(entries: list[ReplaySpec], pool, spec: dict, unroll_length: in
                                          max_chain_heads=max_chain_heads,
                                          fill_in_factor=fill_in_factor,
                                          features_fn=fn,
-                                         schedule_updates=schedule_updates, seed=seed + i))
+                                         schedule_updates=schedule_updates, seed=seed + i,
+                                         distribution=distribution))
     return replays
 
 

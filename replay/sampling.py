@@ -79,19 +79,20 @@ def cos_dist(behaviour: torch.Tensor, current: torch.Tensor, eps: float = 1e-8) 
     return (1.0 - cos).mean(0)
 
 
-def kl_div(behaviour_logits: torch.Tensor, current_logits: torch.Tensor) -> torch.Tensor:
-    """Mean over steps of KL(behaviour || current) between the softmax policies.
-
+def kl_div(behaviour_logits: torch.Tensor, current_logits: torch.Tensor,
+           distribution: type = Categorical) -> torch.Tensor:
+    """Mean over steps of KL(behaviour || current) between the policies, exact for
+    `distribution` (agents/distributions.py). For the softmax policies (the default),
     KL = sum_a pi_b(a) (log pi_b(a) - log pi_c(a)); actions with pi_b(a) = 0 add 0.
 
     Args:
-        behaviour_logits, current_logits: float32 [T+1, M, A].
+        behaviour_logits, current_logits: float32 [T+1, M, P], the params.
     Returns:
-        float32 [M], >= 0 (0 for identical logits; inf where the current policy gives
+        float32 [M], >= 0 (0 for identical params; inf where the current policy gives
         probability 0 to an action the behaviour policy takes).
     """
     _check_pair(behaviour_logits, current_logits)
-    kl = Categorical(behaviour_logits).kl(Categorical(current_logits))
+    kl = distribution(behaviour_logits).kl(distribution(current_logits))
     return kl.clamp_min(0.0).mean(0)
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 
 import torch
 
+from agents.distributions import Categorical
 from replay import sampling
 from replay.config import ReplaySpec
 from replay.storage import FramePoolExhaustedError, RolloutStorage
@@ -72,7 +73,8 @@ class StorageReplay:
 
     def __init__(self, entry: ReplaySpec, pool, spec: dict, unroll_length: int,
                  pixel_stack: int | None, max_chain_heads: int, fill_in_factor: float,
-                 features_fn=None, schedule_updates: float = 1.0, seed: int = 0):
+                 features_fn=None, schedule_updates: float = 1.0, seed: int = 0,
+                 distribution: type = Categorical):
         """
         Args:
             entry: a `--replay_parameters` entry of type standard or custom.
@@ -87,6 +89,8 @@ class StorageReplay:
                 elite and attentive sampling and insertion. With "core_state" in the
                 spec (a model with state) it gets the stored state of each row.
             schedule_updates: the learning-rate schedule length in learner updates.
+            distribution: the class of the stored params (agents/distributions.py),
+                for the `kl_div` distance.
         """
         self.entry = entry
         self.pool = pool
@@ -103,6 +107,7 @@ class StorageReplay:
         self.storage = RolloutStorage(self.capacity, unroll_length, stored_fields(entry, spec),
                                       pixel_stack, chain_heads(entry, max_chain_heads))
         self.features_fn = features_fn
+        self.distribution = distribution
         self.schedule_updates = schedule_updates
         self.counts = torch.zeros(self.capacity, dtype=torch.int64)
         self.next_position = 0
@@ -189,6 +194,8 @@ class StorageReplay:
         behaviour = batch[self.feature_field].float()
         if self.entry.dist_function == "ln_norm":
             return sampling.ln_norm(behaviour, current, self.entry.p)
+        if self.entry.dist_function == "kl_div":
+            return sampling.kl_div(behaviour, current, self.distribution)
         return sampling.DISTANCES[self.entry.dist_function](behaviour, current)
 
     def sample(self, n: int) -> dict[str, torch.Tensor]:

@@ -45,11 +45,12 @@ def actors(env_id=COUNTING, workers=1, envs=3, unroll=5, num_slots=None, seed=0,
     info = env_info(env_id, EnvOptions())
     torch.manual_seed(seed)
     model_spec = ModelSpec(info.obs_shape, info.num_actions, hidden,
-                           use_lstm=lstm_size > 0, lstm_size=lstm_size)
+                           use_lstm=lstm_size > 0, lstm_size=lstm_size,
+                           action_kind=info.action_kind)
     model = model_spec.build()
     spec = rollout_spec(unroll, info.obs_shape, info.obs_dtype, info.num_actions,
                         feature_size=model_spec.feature_size if store_features else 0,
-                        state_shape=model_spec.state_shape)
+                        state_shape=model_spec.state_shape, action_kind=info.action_kind)
     slots = SlotPool(spec, num_slots or 4 * workers * envs)
     weights = SharedWeights(model)
     weights.publish(model, 0)

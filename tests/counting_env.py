@@ -71,3 +71,39 @@ class ExplodingEnv(CountingEnv):
 
 if "Exploding-v0" not in gym.envs.registry:
     gym.register(id="Exploding-v0", entry_point="tests.counting_env:ExplodingEnv")
+
+
+class EchoBoxEnv(gym.Env):
+    """Box actions in [-1, 1]^2; each observation is the action the env received at
+    the step that led to it (zeros after a reset), so a rollout shows what reached
+    the env. Episodes are cut after 4 steps (truncated)."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, shape=(2,), dtype=np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return np.zeros(2, dtype=np.float32), {}
+
+    def step(self, action):
+        self.steps += 1
+        return np.asarray(action, dtype=np.float32), 0.0, False, self.steps >= 4, {}
+
+
+if "EchoBox-v0" not in gym.envs.registry:
+    gym.register(id="EchoBox-v0", entry_point="tests.counting_env:EchoBoxEnv")
+
+
+class DictActionEnv(CountingEnv):
+    """A Dict action space: not supported, refused naming the space."""
+
+    def __init__(self):
+        super().__init__()
+        self.action_space = gym.spaces.Dict({"move": gym.spaces.Discrete(2)})
+
+
+if "DictAction-v0" not in gym.envs.registry:
+    gym.register(id="DictAction-v0", entry_point="tests.counting_env:DictActionEnv")

@@ -113,7 +113,9 @@ def test_env_id_checks():
     assert check_env_id("ALE/Breakout-v5") is None
     assert check_env_id("BreakoutNoFrameskip-v4") is None
     assert "unknown env" in check_env_id("Breakout-v99")
-    assert "action space Box" in check_env_id("Pendulum-v1")
+    assert check_env_id("Pendulum-v1") is None  # a 1-D Box: continuous actions
+    assert "action space Dict(" in check_env_id("tests.counting_env:DictAction-v0")
+    assert "action space MultiDiscrete(" in check_env_id("popgym:popgym-MineSweeperEasy-v0")
     assert check_env_id("MinAtar/Breakout-v1") is None
     assert "MinAtar/Asterix-v1" in check_env_id("MinAtar/Pong-v1")  # lists the real ones
 

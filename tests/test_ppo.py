@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 from torch import nn
 
 from agents.agent import OptimConfig
+from agents.distributions import Categorical, DiagGaussian
 from agents.impala import transition_targets
 from agents.ppo import PPOAgent, PPOConfig, gae, policy_objective
 
@@ -96,6 +98,8 @@ class TableModel(nn.Module):
     def initial_state(self, batch_size: int) -> tuple:
         return ()
 
+    distribution = Categorical
+
     def forward(self, obs, state, done):
         """obs [T, B, 1] -> (logits [T, B, A], value [T, B], state): the model interface."""
         i = obs.reshape(obs.shape[:2]).long()
@@ -147,6 +151,58 @@ def test_minibatch_loss_matches_numpy_with_normalised_advantages(truly):
     assert loss.item() == pytest.approx(expected, rel=1e-10)
     assert stats["value_loss"] == pytest.approx(value_loss, rel=1e-10)
     assert stats["kl"] == pytest.approx(kl.mean(), rel=1e-10)
+
+
+class GaussianTableModel(TableModel):
+    """TableModel whose table rows are Gaussian params (A means, A log-stds)."""
+
+    distribution = DiagGaussian
+
+
+def np_gaussian_log_prob(params, actions):
+    mean, log_std = np.split(params, 2, -1)
+    return stats.norm.logpdf(actions, mean, np.exp(log_std)).sum(-1)
+
+
+@pytest.mark.parametrize("truly", [False, True])
+def test_minibatch_loss_with_gaussian_actions_matches_numpy(truly):
+    rng = np.random.default_rng(2)
+    t_len, b, a = 4, 3, 2
+    n = (t_len + 1) * b
+    table, table_values = rng.normal(size=(n, 2 * a)) * 0.5, rng.normal(size=n)
+    model = GaussianTableModel(table, table_values)
+    cfg = PPOConfig(clip=0.2, value_clip=0.0, value_loss_weight=0.5,
+                    entropy_loss_weight=0.01, truly=truly, kl_delta=0.05, kl_alpha=5.0)
+    agent = PPOAgent(model, cfg, OptimConfig(optimizer="adam"), torch.device("cpu"))
+    obs = torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1)
+    behaviour = rng.normal(size=(t_len + 1, b, 2 * a)) * 0.5
+    actions = rng.normal(size=(t_len + 1, b, a)) * 2  # some far outside any bounds
+    no_end = torch.zeros(t_len + 1, b, dtype=torch.bool)
+    batch = {"obs": obs, "logits": torch.tensor(behaviour), "action": torch.tensor(actions),
+             "done": no_end, "truncated": no_end}
+    adv = rng.normal(1.0, 2.0, size=(t_len, b))
+    returns, old_values = rng.normal(size=(t_len, b)), rng.normal(size=(t_len, b))
+    loss, stats_ = agent.minibatch_loss(batch, torch.tensor(adv), torch.tensor(returns),
+                                        torch.tensor(old_values))
+
+    pi = table[np.arange(n).reshape(t_len + 1, b)[:-1]]
+    mu, act = behaviour[:-1], actions[:-1]
+    ratio = np.exp(np_gaussian_log_prob(pi, act) - np_gaussian_log_prob(mu, act))
+    (m1, s1), (m2, s2) = (np.split(mu, 2, -1), np.split(pi, 2, -1))
+    kl = (s2 - s1 + (np.exp(2 * s1) + (m1 - m2) ** 2) / (2 * np.exp(2 * s2)) - 0.5).sum(-1)
+    norm = (adv - adv.mean()) / (adv.std(ddof=1) + 1e-8)
+    if truly:
+        fires = (kl >= 0.05) & (ratio * norm > norm)
+        objective = ratio * norm - np.where(fires, 5.0 * kl, 0.0)
+    else:
+        objective = np.minimum(ratio * norm, np.clip(ratio, 0.8, 1.2) * norm)
+    v = table_values[np.arange(n).reshape(t_len + 1, b)[:-1]]
+    value_loss = 0.5 * ((v - returns) ** 2).mean()
+    entropy = stats.norm.entropy(0, np.exp(np.split(pi, 2, -1)[1])).sum(-1).mean()
+    expected = -objective.mean() + 0.5 * value_loss - 0.01 * entropy
+    assert loss.item() == pytest.approx(expected, rel=1e-10)
+    assert stats_["kl"] == pytest.approx(kl.mean(), rel=1e-10)
+    assert stats_["entropy"] == pytest.approx(entropy, rel=1e-10)
 
 
 def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():

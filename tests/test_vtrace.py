@@ -20,8 +20,10 @@ The implementation runs in float32 while the reference runs in float64, hence th
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from agents import vtrace
+from agents.distributions import DiagGaussian
 
 RTOL = 1e-5
 ATOL = 1e-5
@@ -376,6 +378,39 @@ def test_from_logits(T, B, A, clips):
         t = getattr(out, name)
         assert t.shape == (T, B), name
         assert t.dtype == torch.float32, name
+
+
+@pytest.mark.parametrize("T,B,A", [(1, 1, 1), (9, 4, 3)])
+def test_from_logits_with_gaussian_actions(T, B, A):
+    """Continuous actions: the log-probs are sums of Gaussian log-densities over the A
+    dimensions (SciPy), and the targets V-trace's of their ratios."""
+    rng = np.random.default_rng(7000 + T * 10 + A)
+
+    def params():
+        return np.concatenate([rng.standard_normal((T, B, A)),
+                               0.5 * rng.standard_normal((T, B, A))], -1).astype(np.float32)
+
+    behaviour, target = params(), params()
+    actions = (2.0 * rng.standard_normal((T, B, A))).astype(np.float32)
+    a = make_inputs(rng, T, B, discount_mode="high")
+    out = vtrace.from_logits(
+        behaviour_policy_logits=torch.from_numpy(behaviour),
+        target_policy_logits=torch.from_numpy(target),
+        actions=torch.from_numpy(actions), distribution=DiagGaussian,
+        **{k: torch.from_numpy(a[k]) for k in ("discounts", "rewards", "values",
+                                               "bootstrap_value")})
+
+    def log_prob(p):
+        mean, log_std = np.split(p.astype(np.float64), 2, -1)
+        return stats.norm.logpdf(actions, mean, np.exp(log_std)).sum(-1)
+
+    log_rhos = log_prob(target) - log_prob(behaviour)
+    assert_close(out.target_action_log_probs, log_prob(target))
+    assert_close(out.log_rhos, log_rhos)
+    vs_ref, pg_ref = reference_vtrace(log_rhos, a["discounts"], a["rewards"], a["values"],
+                                      a["bootstrap_value"])
+    assert_close(out.vs, vs_ref)
+    assert_close(out.pg_advantages, pg_ref)
 
 
 def test_from_logits_positional_defaults_match_from_importance_weights():

@@ -3,7 +3,7 @@ auto defaults and checks, and the flag priority of resumed runs.
 
 `make_config(values)` takes flag values (name -> value, None for "auto": absl's in
 `main.py`, `option_flags.default_values()` for benchmarks and tests), fills the auto
-defaults for the env's observation kind (`AUTO_DEFAULTS`), checks everything and
+defaults of the env's family (`wrappers.envs.FAMILIES`), checks everything and
 returns all the problems at once. The `Config` it builds also holds what is derived
 from the flags once, right after the checks (as CleanRL's `Args`): the env kind, the
 typed replay entries, the env count and whether actors store hidden features.
@@ -21,46 +21,11 @@ import os
 import torch
 
 from agents.impala import LossConfig
-from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
+from agents.networks import ModelSpec
 from replay.config import ReplaySpec, parse_replay_parameters
-from wrappers.envs import ENV_KINDS, EnvInfo, EnvOptions, check_env_id, env_kind
+from wrappers.envs import EnvInfo, EnvOptions, check_env_id, family_of
 
 DERIVED = {"derived": True}  # metadata of the fields that are not flags
-
-AUTO_DEFAULTS = {
-    # flag: (atari, minatar, vector)
-    "batch_size": (8, 8, 16),
-    "r_f_steps": (20, 20, 20),
-    "optimizer": ("rmsprop", "rmsprop", "adam"),
-    "lr": (6e-4, 6e-4, 2e-3),
-    "hidden_size": (512, 256, 64),
-    "envs_per_worker": (4, 8, 8),
-    "clip_rewards": (True, True, False),
-    "ppo_clip": (0.1, 0.1, 0.2),
-    # Atari: impala with both reached 18 on Pong at 3.85M frames (seed 0); without,
-    # mean-100 0 took 8.48M and 18 was not reached in 10M (README: Learning)
-    "normalize_input": (True, False, False),
-    "normalize_returns": (True, False, False),
-    "entropy_loss_weight": (0.01, 0.01, 0.01),
-}
-# --agent (auto): ppo on Atari, where it learns Pong several times faster per frame
-# than impala did (README: Learning); impala elsewhere
-AUTO_AGENT = ("ppo", "impala", "impala")
-# --agent=ppo / truly_ppo: CleanRL's and Sample Factory's PPO settings, before the above.
-# On Atari, Sample Factory's Atari defaults: rollouts of 128 steps, 8 per batch (1024
-# steps, 4 epochs x 4 minibatches of 256), inputs and returns normalised by running
-# statistics, and (`lr_end_value`, below) a constant learning rate.
-PPO_AUTO_DEFAULTS = {
-    "optimizer": ("adam", "adam", "adam"),
-    "lr": (2.5e-4, 2.5e-4, 2.5e-4),
-    "batch_size": (8, 32, 32),
-    "r_f_steps": (128, 20, 20),
-    "normalize_input": (True, False, False),
-    # vectors: with an entropy bonus next to per-minibatch normalised advantages and
-    # raw returns, CartPole fell back after solving (README: Runs that stay solved)
-    "normalize_returns": (True, False, True),
-    "entropy_loss_weight": (0.01, 0.01, 0.0),
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,7 +107,7 @@ class Config:
     status_interval: float
 
     # --- derived once, right after the flags are checked (by `make_config`) -----------
-    env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # ENV_KINDS
+    env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # wrappers.envs.FAMILY_NAMES
     replays: tuple[ReplaySpec, ...] = dataclasses.field(kw_only=True, metadata=DERIVED)
     n_envs: int = dataclasses.field(kw_only=True, metadata=DERIVED)  # workers x envs each
     # whether the actors write the policy's hidden layer: some replay reads it
@@ -157,8 +122,7 @@ class Config:
 
     def model_spec(self, info: EnvInfo) -> ModelSpec:
         """The model this run trains, for the env's `info`."""
-        return ModelSpec(info.obs_shape, info.num_actions,
-                         **{name: getattr(self, name) for name in ARCHITECTURE_FLAGS})
+        return ModelSpec.of(dataclasses.asdict(info), self.to_dict())
 
     def loss_config(self) -> LossConfig:
         return LossConfig(**{f.name: getattr(self, f.name)
@@ -221,28 +185,25 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     does not read are errors."""
     v = dict(values)
     env_problem = check_env_id(v["env"])
-    kind = ENV_KINDS.index(env_kind(v["env"]))
+    family = family_of(v["env"])
     if v.get("agent") is None:
-        v["agent"] = AUTO_AGENT[kind]
+        v["agent"] = family.agent
     errors: list[str] = _ignored_flags(v, set(given))
     if env_problem:
         errors.append(f"--env: {env_problem}")
     ppo = v["agent"] != "impala"
-    for name, values in (PPO_AUTO_DEFAULTS.items() if ppo else ()):
+    for name, value in family.auto_values(v["agent"]).items():
         if v.get(name) is None:
-            v[name] = values[kind]
+            v[name] = value
     if v.get("adam_eps") is None:
         v["adam_eps"] = 1e-5 if ppo else 1e-8
     if v.get("ppo_value_clip") is None:  # the paper's 0.1 is for Atari's clipped rewards
-        v["ppo_value_clip"] = 0.1 if v.get("agent") == "truly_ppo" and kind < 2 else 0.0
-    for name, pair in AUTO_DEFAULTS.items():
-        if v.get(name) is None:
-            v[name] = pair[kind]
+        v["ppo_value_clip"] = 0.1 if v["agent"] == "truly_ppo" and v["clip_rewards"] else 0.0
     if v.get("eval_interval") is None:  # 20 evaluations over the run
         v["eval_interval"] = max(1, v["environment_max_steps"] // 20) \
             if (v["environment_max_steps"] or 0) > 0 else 0
     if v.get("lr_end_value") is None:  # constant for ppo agents on Atari, else decay to 0
-        v["lr_end_value"] = v["lr"] if ppo and kind == 0 else 0.0
+        v["lr_end_value"] = v["lr"] if ppo and family.ppo_constant_lr else 0.0
     cores = os.cpu_count() or 1
     if v.get("worker_count") is None:
         v["worker_count"] = cores
@@ -323,7 +284,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
         v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) else "vtrace"
     return Config(**{name: v[name] for name in config_fields()},
-                  env_kind=ENV_KINDS[kind], replays=tuple(replays),
+                  env_kind=family.name, replays=tuple(replays),
                   n_envs=v["worker_count"] * v["envs_per_worker"],
                   store_features=any(r.stores_hidden_features for r in replays)), []
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
+from agents.networks import ModelSpec
 from training.config import SAVED_BEFORE, Config, env_options
 from training.run_dir import RunDir
 from workers.evaluator import play
@@ -32,8 +32,7 @@ def trained_model(info: dict, trained: dict):
     """The checkpoint's net, before its weights are loaded (`SAVED_BEFORE` fills what
     older checkpoints lack)."""
     saved = {**SAVED_BEFORE, **trained}
-    return ModelSpec(info["obs_shape"], info["num_actions"],
-                     **{name: saved.get(name) for name in ARCHITECTURE_FLAGS}).build()
+    return ModelSpec.of(info, saved).build()
 
 
 def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, seed):

@@ -112,7 +112,8 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
         max_chain_heads=plan.max_chain_heads, fill_in_factor=cfg.training_fill_in_factor,
         features_fn=functools.partial(features, kind="logits"),
         schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
-        seed=cfg.seed, hidden_features_fn=functools.partial(features, kind="hidden"))
+        seed=cfg.seed, hidden_features_fn=functools.partial(features, kind="hidden"),
+        distribution=agent.model.distribution)
     for i, r in enumerate(replays):
         if r.stored_bytes():
             size = r.stored_bytes() / 2**20

@@ -38,8 +38,7 @@ def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
     anything else that makes the weights not fit (a missing or reshaped tensor) is
     caught by comparing them with a model built from the flags."""
     info, saved = checkpoint["env_info"], {**SAVED_BEFORE, **checkpoint["config"]}
-    theirs = ModelSpec(info["obs_shape"], info["num_actions"],
-                       **{name: saved.get(name) for name in ARCHITECTURE_FLAGS})
+    theirs = ModelSpec.of(info, saved)
     mine = dataclasses.replace(theirs, **{name: getattr(cfg, name)
                                           for name in ARCHITECTURE_FLAGS})
     for name in ARCHITECTURE_FLAGS:

@@ -32,7 +32,7 @@ import traceback
 import numpy as np
 import torch
 
-from agents.distributions import Categorical
+from agents.distributions import DISTRIBUTIONS
 from agents.networks import ModelSpec, mask_state, pack_state, step_model
 from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
@@ -63,14 +63,14 @@ class ModelPolicy:
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, starts: torch.Tensor) -> dict[str, torch.Tensor]:
         """obs [E, *obs_shape], starts bool [E] (obs begins a new episode) -> the
-        policy's fields of the row (workers/slots.py): action int64 [E] (sampled),
-        logits float32 [E, A], value float32 [E]; with `store_features` features
+        policy's fields of the row (workers/slots.py): action (sampled) int64 [E] or
+        float32 [E, A], logits float32 [E, P], value float32 [E]; with `store_features` features
         float16 [E, H] (the hidden layer of the same forward pass, clamped to
         float16's range); for a model with state, core_state float32 [E, *state]
         (the state that read obs: zeroed where `starts`). Steps each env's state."""
         state = mask_state(self.state, starts)
         logits, value, hidden, self.state = step_model(self.model, obs, state, starts)
-        row = {"action": Categorical(logits).sample(self.rng), "logits": logits,
+        row = {"action": self.model.distribution(logits).sample(self.rng), "logits": logits,
                "value": value}
         if self.cfg.store_features:
             row["features"] = hidden.clamp(-FP16_MAX, FP16_MAX).half()
@@ -103,10 +103,13 @@ class RandomPolicy:
 
     @torch.inference_mode()
     def act(self, obs: torch.Tensor, starts: torch.Tensor) -> dict[str, torch.Tensor]:
-        """`ModelPolicy.act`'s fields: action uniform over A, zeros for the rest."""
+        """`ModelPolicy.act`'s fields: actions from the distribution of all-zero
+        params (uniform over A discrete actions; N(0, 1) per dimension of a Box) and
+        zeros for the rest."""
         n, spec = obs.shape[0], self.cfg.model
-        row = {"action": torch.randint(0, spec.num_actions, (n,), generator=self.rng),
-               "logits": torch.zeros(n, spec.num_actions), "value": torch.zeros(n)}
+        logits = torch.zeros(n, spec.param_size)
+        row = {"action": DISTRIBUTIONS[spec.action_kind](logits).sample(self.rng),
+               "logits": logits, "value": torch.zeros(n)}
         if self.cfg.store_features:
             row["features"] = torch.zeros(n, spec.feature_size, dtype=torch.float16)
         if spec.state_shape:

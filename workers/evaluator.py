@@ -31,7 +31,6 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from agents.distributions import Categorical
 from agents.networks import ModelSpec, step_model
 from workers.actor import die_with_parent
 from workers.weights import SharedWeights
@@ -57,7 +56,7 @@ def play(model, env, episodes: int, greedy: bool, seed: int, video: VideoSink | 
             if video is not None and done[0] < video_games:
                 video.add(env.frame(obs_np, 0))
             logits, _, _, state = step_model(model, obs, state, starts)
-            policy = Categorical(logits)
+            policy = model.distribution(logits)
             action = policy.mode() if greedy else policy.sample(gen)
             step = env.step(action.numpy())
             obs_np = step.obs

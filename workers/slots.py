@@ -11,8 +11,11 @@ the learner holds it.
 
 Row convention (the same for every field): row t describes observation x_t.
     obs             [T+1, S, *obs_shape] uint8 (pixels) / float32   x_t
-    action          [T+1, S] int64     a_t ~ mu(.|x_t), taken at x_t
-    logits          [T+1, S, A] float32 behaviour logits at x_t
+    action          [T+1, S] int64     a_t ~ mu(.|x_t), taken at x_t; for a Box
+                    or [T+1, S, A] float32 action space, as sampled (unclipped)
+    logits          [T+1, S, P] float32 behaviour distribution's params at x_t
+                                       (agents/distributions.py: P = A logits, or
+                                       A means then A log-stds)
     value           [T+1, S] float32   behaviour critic V_mu(x_t)
     reward          [T+1, S] float32   unclipped reward of the transition into x_t
     done            [T+1, S] bool      that transition terminated: x_t starts a new
@@ -40,22 +43,26 @@ import math
 
 import torch
 
+from agents.distributions import DISTRIBUTIONS
+
 _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 
 
 def rollout_spec(
     unroll_length: int, obs_shape: tuple[int, ...], obs_dtype: str, num_actions: int,
-    feature_size: int = 0, state_shape: tuple[int, ...] = (),
+    feature_size: int = 0, state_shape: tuple[int, ...] = (), action_kind: str = "discrete",
 ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Per-slot shape (time-major, T+1 rows) and dtype of every field; with
+    """Per-slot shape (time-major, T+1 rows) and dtype of every field, for
+    `num_actions` actions of `action_kind` (`agents.distributions.DISTRIBUTIONS`); with
     `feature_size` H > 0 also "features" ((T+1, H), float16); with a model state
     (`state_shape`, `agents.networks.ModelSpec.state_shape`) also "core_state"
     ((T+1, *state_shape), float32)."""
     t1 = unroll_length + 1
+    dist = DISTRIBUTIONS[action_kind]
     spec = {
         "obs": ((t1, *obs_shape), _DTYPES[obs_dtype]),
-        "action": ((t1,), torch.int64),
-        "logits": ((t1, num_actions), torch.float32),
+        "action": ((t1, *dist.action_shape(num_actions)), dist.action_dtype),
+        "logits": ((t1, dist.param_size(num_actions)), torch.float32),
         "value": ((t1,), torch.float32),
         "reward": ((t1,), torch.float32),
         "done": ((t1,), torch.bool),

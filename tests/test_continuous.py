@@ -1,0 +1,88 @@
+"""Continuous (Box) actions through the data path: the env gets the clipped action,
+the slots keep the sampled one, and the Gaussian model's params and shapes."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import torch
+
+from agents.distributions import DiagGaussian
+from agents.networks import ModelSpec
+from tests.actor_harness import actors
+from tests.conftest import run_main
+from wrappers.envs import EnvOptions, env_info, family_of, make_batched_env
+
+ECHO = "tests.counting_env:EchoBox-v0"
+
+
+def test_a_box_env_is_continuous_and_its_info_says_so():
+    info = env_info(ECHO, EnvOptions())
+    assert (info.kind, info.action_kind, info.num_actions) == ("continuous", "box", 2)
+    assert family_of("Pendulum-v1").name == "continuous"
+    assert family_of("CartPole-v1").name == "vector"
+
+
+def test_the_env_receives_clipped_actions_and_the_caller_keeps_its_own():
+    env = make_batched_env(ECHO, 2, EnvOptions(), seed=0)
+    env.reset()
+    actions = np.array([[3.0, -0.5], [-7.0, 0.25]], dtype=np.float32)
+    step = env.step(actions)
+    np.testing.assert_array_equal(step.obs, [[1.0, -0.5], [-1.0, 0.25]])
+    np.testing.assert_array_equal(actions, [[3.0, -0.5], [-7.0, 0.25]])
+    env.close()
+
+
+def test_actors_store_the_unclipped_samples_that_the_env_saw_clipped():
+    with actors(env_id=ECHO, workers=1, envs=3, unroll=6) as h:
+        done = h.rollouts()[0]
+        batch = h.slots.gather(torch.tensor(done.indices))
+    action, obs, logits = batch["action"], batch["obs"], batch["logits"]
+    assert action.dtype == torch.float32 and action.shape == (7, len(done.indices), 2)
+    assert logits.shape == (7, len(done.indices), 4)
+    assert (action.abs() > 1).any(), "no sample outside the bounds: the test proves nothing"
+    # row t+1's observation is what the env received for row t's action, unless the
+    # transition into row t+1 ended the episode (then it is a reset's zeros)
+    ended = batch["done"][1:] | batch["truncated"][1:]
+    seen = obs[1:][~ended]
+    np.testing.assert_array_equal(seen.numpy(), action[:-1][~ended].clamp(-1, 1).numpy())
+    # the stored params are the behaviour policy's: the sampled actions are scored by them
+    assert torch.isfinite(DiagGaussian(logits).log_prob(action)).all()
+
+
+def test_a_gaussian_model_emits_means_and_a_shared_log_std():
+    model = ModelSpec((3,), 2, 16, action_kind="box").build()
+    assert model.distribution is DiagGaussian
+    with torch.no_grad():
+        model.log_std.copy_(torch.tensor([0.1, -0.3]))
+    params, value, _ = model(torch.randn(5, 4, 3), (), torch.zeros(5, 4, dtype=torch.bool))
+    assert params.shape == (5, 4, 4) and value.shape == (5, 4)
+    torch.testing.assert_close(params[..., 2:], torch.tensor([0.1, -0.3]).expand(5, 4, 2))
+
+
+def test_a_box_run_trains_resumes_and_plays_through_main(tmp_path):
+    """Pendulum through main.py: a run, a resume that crosses its checkpoint, and test
+    mode with the greedy (mean) action."""
+    results = str(tmp_path / "results")
+    common = ("--env=Pendulum-v1", "--serial", "--worker_count=1", "--learner_threads=1",
+              "--r_f_steps=32", "--batch_size=8", "--ppo_minibatches=4", "--ppo_epochs=2",
+              "--eval_interval=0", f"--results_dir={results}")
+    first = run_main(*common, "--environment_max_steps=2048", timeout=300)
+    assert first.returncode == 0, first.stderr
+    (run,) = glob.glob(os.path.join(results, "*"))
+    assert json.load(open(os.path.join(run, "summary.json")))["env_steps"] == 2048
+    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={run}",
+                       "--environment_max_steps=4096", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["env_steps"] == 4096
+    played = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=2",
+                      "--test_policy=greedy", "--worker_count=1",
+                      f"--results_dir={tmp_path / 'test'}", timeout=300)
+    assert played.returncode == 0, played.stderr
+    (test_run,) = glob.glob(str(tmp_path / "test" / "*"))
+    test_summary = json.load(open(os.path.join(test_run, "test_summary.json")))
+    assert test_summary["episodes"] == 2 and test_summary["mean"] < 0  # Pendulum's costs
