@@ -51,6 +51,13 @@ TASKS = {
     "minatar_asterix": ("MinAtar/Asterix-v1", (2.0, 5.0, 10.0), 2_000_000),
     "minatar_space_invaders": ("MinAtar/SpaceInvaders-v1", (5.0, 20.0, 40.0), 2_000_000),
     "cartpole": ("CartPole-v1", (200.0, 475.0), 500_000),
+    # issue 19's continuous-control goals (and LunarLander's discrete twin)
+    "pendulum": ("Pendulum-v1", (-1000.0, -500.0, -200.0), 300_000),
+    "lunar_lander": ("LunarLander-v3", (0.0, 100.0, 200.0), 1_000_000),
+    "lunar_lander_continuous": ("LunarLanderContinuous-v3", (0.0, 100.0, 200.0), 1_000_000),
+    "bipedal_walker": ("BipedalWalker-v3", (0.0, 100.0, 300.0), 2_000_000),
+    "half_cheetah": ("HalfCheetah-v5", (1000.0, 2000.0, 3000.0), 1_000_000),
+    "hopper": ("Hopper-v5", (500.0, 1000.0, 2000.0), 1_000_000),
 }
 
 

@@ -5,7 +5,8 @@
 
 Measured on the same env with the same worker_count x envs_per_worker, each
 using the whole machine, all in frames/s (env steps x frameskip):
-    env_ceiling_fps  worker_count processes stepping raw AtariVectorEnvs (random actions)
+    env_ceiling_fps  worker_count processes stepping the raw batched envs (random actions:
+                     uniform, or N(0, 1) per dimension of a Box, clipped by the env)
     pipeline_fps     the real actors (random policy) through slots and queues; the
                      learner frees every rollout's slot unread (no batch, no update)
     train_fps        full training with the default model
@@ -51,6 +52,14 @@ from workers.actor import ModelPolicy, RandomPolicy  # noqa: E402
 from wrappers.envs import env_info, make_batched_env  # noqa: E402
 
 
+def random_actions(rng: np.random.Generator, kind: str, num_actions: int, n: int) -> np.ndarray:
+    """n random actions: int64 [n] uniform over the discrete actions, or float32
+    [n, A] N(0, 1) (a fresh Gaussian policy's) for a Box."""
+    if kind == "discrete":
+        return rng.integers(0, num_actions, size=n)
+    return rng.standard_normal((n, num_actions), dtype=np.float32)
+
+
 def _raw_env_worker(env_id, options, n_envs, seconds, seed, out):
     import torch
 
@@ -59,10 +68,10 @@ def _raw_env_worker(env_id, options, n_envs, seconds, seed, out):
     env.reset()
     rng = np.random.default_rng(seed)
     for _ in range(50):  # warm-up
-        env.step(rng.integers(0, env.num_actions, size=n_envs))
+        env.step(random_actions(rng, env.action_kind, env.num_actions, n_envs))
     steps, t0 = 0, time.time()
     while time.time() - t0 < seconds:
-        env.step(rng.integers(0, env.num_actions, size=n_envs))
+        env.step(random_actions(rng, env.action_kind, env.num_actions, n_envs))
         steps += n_envs
     out.put((steps, time.time() - t0))
     env.close()
@@ -134,8 +143,11 @@ def learner_alone_fps(cfg: Config, info, updates: int) -> float:
     t1, b = cfg.r_f_steps + 1, cfg.batch_size
     obs = torch.randint(0, 255, (t1, b, *info.obs_shape), dtype=torch.uint8) \
         if info.obs_dtype == "uint8" else torch.randn(t1, b, *info.obs_shape)
-    batch = {"obs": obs, "action": torch.randint(0, info.num_actions, (t1, b)),
-             "logits": torch.randn(t1, b, info.num_actions), "value": torch.zeros(t1, b),
+    rng = np.random.default_rng(0)
+    action = torch.from_numpy(random_actions(rng, info.action_kind, info.num_actions, t1 * b))
+    batch = {"obs": obs, "action": action.view(t1, b, *action.shape[1:]),
+             "logits": torch.randn(t1, b, cfg.model_spec(info).param_size),
+             "value": torch.zeros(t1, b),
              "reward": torch.randn(t1, b), "done": torch.zeros(t1, b, dtype=torch.bool),
              "truncated": torch.zeros(t1, b, dtype=torch.bool),
              "bootstrap_value": torch.zeros(t1, b)}

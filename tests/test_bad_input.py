@@ -88,6 +88,7 @@ CORPUS = [
     # envs, replays that cannot be composed, missing checkpoints, sizes
     (["--env=NoSuchGame-v9"], "--env"), (["--env=ALE/NoSuchGame-v5"], "--env"),
     (["--env=popgym:popgym-MineSweeperEasy-v0"], "--env"),  # MultiDiscrete actions
+    (["--env=tests.counting_env:DictAction-v0"], "--env"),  # Dict actions
     (["--env=no_such_module:Thing-v0"], "--env"),
     (["--replay_parameters=[{\"type\": \"queue\""], "--replay_parameters"),
     ([rp('{"type": "standard", "capacity": 9, "sample_ratio": 1}')], "--replay_parameters"),

@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.distributions import DiagGaussian
 from replay.sampling import (
     STRATEGIES,
     annealed_lambda,
@@ -197,6 +198,17 @@ def test_kl_div_zero_for_identical_and_matches_manual():
     # a behaviour probability of 0 adds nothing (no NaN)
     masked = torch.tensor([[[0.0, -math.inf]]])
     assert kl_div(masked, c).item() == pytest.approx(math.log(2.0))
+
+
+def test_kl_div_of_gaussian_params_is_the_mean_over_steps_of_the_exact_kl():
+    """Continuous actions: the params are (mean, log-std); 1-D N(0, 1) against
+    N(1, 2^2) has KL log 2 + (1 + 1) / 8 - 1/2."""
+    b = torch.tensor([[[0.0, 0.0]]])
+    c = torch.tensor([[[1.0, math.log(2.0)]]])
+    manual = math.log(2.0) + 2.0 / 8.0 - 0.5
+    assert kl_div(b, c, DiagGaussian).item() == pytest.approx(manual, rel=1e-6)
+    assert kl_div(torch.cat([b, b]), torch.cat([c, b]), DiagGaussian).item() == \
+        pytest.approx(manual / 2, rel=1e-6)
 
 
 def test_attentive_distances_prefer_candidates_near_recent_states():

@@ -1,4 +1,4 @@
-"""Flag parsing and the Config: booleans, auto defaults by observation kind."""
+"""Flag parsing and the Config: booleans, auto defaults by env family."""
 
 from __future__ import annotations
 
@@ -102,6 +102,22 @@ def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
                  "--ppo_advantage=gae")[0].ppo_advantage == "gae"
     cfg, _ = parse("--env=CartPole-v1", "--agent=ppo", "--lr=1e-3", "--batch_size=8")
     assert (cfg.lr, cfg.batch_size) == (1e-3, 8)
+
+
+def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
+    cfg, errors = parse("--env=Pendulum-v1")
+    assert not errors
+    assert (cfg.env_kind, cfg.agent, cfg.r_f_steps, cfg.batch_size, cfg.ppo_epochs,
+            cfg.ppo_minibatches, cfg.optimizer, cfg.lr, cfg.lr_end_value, cfg.ppo_clip,
+            cfg.entropy_loss_weight, cfg.hidden_size, cfg.clip_rewards) == \
+        ("continuous", "ppo", 64, 32, 10, 32, "adam", 3e-4, 0.0, 0.2, 0.0, 64, False)
+    assert cfg.normalize_input and cfg.normalize_returns
+    impala, _ = parse("--env=Pendulum-v1", "--agent=impala")
+    assert (impala.lr, impala.batch_size, impala.normalize_input) == (3e-4, 32, True)
+    # the other families keep their values
+    for env in ("PongNoFrameskip-v4", "MinAtar/Breakout-v1", "CartPole-v1"):
+        other, _ = parse(f"--env={env}", "--agent=ppo")
+        assert (other.ppo_epochs, other.ppo_minibatches) == (4, 4)
 
 
 def test_explicit_flag_wins_over_auto():

@@ -23,6 +23,9 @@ CartPole run 7 times slower (76 s against 11 s, measured).
   same target and budget hold for `--agent=ppo`.
 * popgym's RepeatPreviousEasy (memory): `--use_lstm` reaches a mean-100 of 0 within
   120k env steps; the same flags without it stay at chance (below -0.4 at 60k).
+* Pendulum-v1 (continuous actions, a Gaussian policy) with nothing but `--env`: the
+  continuous defaults reach a mean-20 of -200 within 150k env steps (a random policy
+  scores about -1,200; seed 0 got there at 73,728 here, in 39 s).
 """
 
 from __future__ import annotations
@@ -165,3 +168,8 @@ def test_memory_needs_the_lstm(results):
     final = sum(float(r["episode_return"]) for r in rows[-100:]) / 100
     print(f"RepeatPreviousEasy feed-forward: final mean-100 {final:.3f}")
     assert final < -0.4
+
+
+def test_pendulum_defaults_swing_up(results):
+    solved = solved_run(results, "Pendulum-v1", 150_000, "--env=Pendulum-v1", target=-200.0)
+    assert solved is not None and solved[0] <= 150_000
