@@ -89,6 +89,7 @@ CORPUS = [
     (["--env=NoSuchGame-v9"], "--env"), (["--env=ALE/NoSuchGame-v5"], "--env"),
     (["--env=popgym:popgym-MineSweeperEasy-v0"], "--env"),  # MultiDiscrete actions
     (["--env=tests.counting_env:DictAction-v0"], "--env"),  # Dict actions
+    (["--env=CartPole-v1", "--lstm_size=64"], "--lstm_size"),  # without --use_lstm
     (["--env=no_such_module:Thing-v0"], "--env"),
     (["--replay_parameters=[{\"type\": \"queue\""], "--replay_parameters"),
     ([rp('{"type": "standard", "capacity": 9, "sample_ratio": 1}')], "--replay_parameters"),

@@ -164,15 +164,17 @@ RAY_ONLY = ("ray_address", "max_policy_lag", "ray_weights_every", "ray_in_flight
 
 
 def _ignored_flags(values: dict, given: set[str]) -> list[str]:
-    """Flags given on the command line that this run's --agent or --backend would
-    silently ignore."""
+    """Flags given on the command line that this run's --agent, --backend or
+    --use_lstm would silently ignore."""
     problems = []
     for chooser, readers in (
             ("agent", {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo")),
                        **dict.fromkeys(TRULY_PPO_ONLY, ("truly_ppo",)),
                        **dict.fromkeys(IMPALA_ONLY, ("impala",))}),
-            ("backend", dict.fromkeys(RAY_ONLY, ("ray",)))):
-        chosen = values.get(chooser) or "local"
+            ("backend", dict.fromkeys(RAY_ONLY, ("ray",))),
+            ("use_lstm", {"lstm_size": ("true",)})):
+        chosen = values.get(chooser)
+        chosen = "local" if chosen is None else str(chosen).lower()  # a bool: true/false
         problems += [f"--{name}: only --{chooser}={' or '.join(ok)} reads it, and this run "
                      f"has --{chooser}={chosen}; leave it out or change --{chooser}"
                      for name, ok in readers.items() if name in given and chosen not in ok]
@@ -181,8 +183,8 @@ def _ignored_flags(values: dict, given: set[str]) -> list[str]:
 
 def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
     """A `Config` from flag values (name -> value, None for auto), and every error.
-    `given`: the flags named on the command line; those the `--agent` or `--backend`
-    does not read are errors."""
+    `given`: the flags named on the command line; those the `--agent`, `--backend` or
+    `--use_lstm` does not read are errors."""
     v = dict(values)
     env_problem = check_env_id(v["env"])
     family = family_of(v["env"])
