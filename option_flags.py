@@ -160,8 +160,8 @@ flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass (whole rollo
 flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
                    "0.2 vector (CleanRL's Atari and CartPole values).")
 flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "
-                   "loss; 0: off; auto: 0.1 for truly_ppo on pixels (the paper's Atari value), "
-                   "else 0 (on CartPole's unclipped returns 0.1 slowed truly_ppo).")
+                   "loss; 0: off; auto: 0.1 for truly_ppo with clipped rewards (the paper's "
+                   "Atari value), else 0 (on CartPole's unclipped returns 0.1 slowed truly_ppo).")
 flags.DEFINE_float("gae_lambda", 0.95, "GAE(lambda) of the ppo advantages.")
 flags.DEFINE_enum("ppo_advantage", "auto", ["auto", "gae", "vtrace"],
                   "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, "

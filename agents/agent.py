@@ -8,7 +8,8 @@ norm, step) and returns statistics. An algorithm is a subclass in a file of its
 own: `agents/impala.py` (`--agent=impala`), `agents/ppo.py` (`ppo`, `truly_ppo`).
 
 Batch: dict of tensors `[T+1, B, ...]` (see `workers/slots.py`): obs (uint8 or
-float32), action int64, logits float32 [.., A], value / reward / bootstrap_value
+float32), action int64 (float32 [.., A] for Box actions), logits float32 [.., P] (the
+behaviour distribution's params), value / reward / bootstrap_value
 float32, done / truncated bool, core_state float32 (models with state), and from
 the mixer `replayed` bool [B]; any other
 field (the replays' "features", "version") is left on the CPU, unread.

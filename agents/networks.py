@@ -133,13 +133,13 @@ class ActorCritic(nn.Module):
 
     def forward(self, obs: torch.Tensor, state: State, done: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, State]:
-        """(logits [T, B, A], value [T, B], new state) of obs [T, B, *obs_shape]."""
+        """(params [T, B, P], value [T, B], new state) of obs [T, B, *obs_shape]."""
         logits, value, _, state = self.forward_with_hidden(obs, state, done)
         return logits, value, state
 
     def forward_with_hidden(self, obs: torch.Tensor, state: State, done: torch.Tensor
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
-        """(logits [T, B, A], value [T, B], hidden [T, B, H], new state), one pass."""
+        """(params [T, B, P], value [T, B], hidden [T, B, H], new state), one pass."""
         t, b = obs.shape[:2]
         x = self._input(obs.reshape(t * b, *obs.shape[2:]))
         h = self._features(x)
@@ -376,7 +376,7 @@ def step_model(model: ActorCritic, obs: torch.Tensor, state: State | None = None
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
     """One time step of N envs: obs [N, *obs_shape] from `state` (default: the
     initial state), starts bool [N] (obs begins an episode; default: all) ->
-    (logits [N, A], value [N], hidden [N, H], new state)."""
+    (params [N, P], value [N], hidden [N, H], new state)."""
     n = obs.shape[0]
     if state is None:
         state = model.initial_state(n)
@@ -391,7 +391,7 @@ def policy_features(model: ActorCritic, obs: torch.Tensor, state: torch.Tensor |
                     *, obs_shape: tuple[int, ...], kind: str = "logits", chunk: int = 2048
                     ) -> torch.Tensor:
     """The current policy's features of obs [..., *obs_shape] (any device; computed on
-    the model's, in chunks): kind "logits" -> float32 [..., A]; "hidden" -> the policy
+    the model's, in chunks): kind "logits" -> the params float32 [..., P]; "hidden" -> the policy
     path's last hidden layer, float32 [..., H] (what the actors store as "features").
     What elite and attentive replays compare. Each observation is read alone, in one
     step from `state` [..., *state_shape] (the stored "core_state" of its row: the

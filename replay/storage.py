@@ -108,7 +108,7 @@ class RolloutStorage:
         field_specs: field -> (shape, dtype) in the format of
             `workers.slots.rollout_spec(T, ...)`: the shape of one rollout *including*
             its leading T+1 rows, e.g. "obs": ((T+1, 4, 84, 84), torch.uint8),
-            "logits": ((T+1, A), torch.float32), "action": ((T+1,), torch.int64).
+            "logits": ((T+1, P), torch.float32), "action": ((T+1,), torch.int64).
         pixel_stack: C, the frames stacked in each obs `[C, *frame_shape]`; frames are
             then stored once each (see the module docstring). None: obs is a plain field.
         max_chain_heads: pool sizing, see the module docstring (default capacity // C

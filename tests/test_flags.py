@@ -112,6 +112,9 @@ def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
             cfg.entropy_loss_weight, cfg.hidden_size, cfg.clip_rewards) == \
         ("continuous", "ppo", 64, 32, 10, 32, "adam", 3e-4, 0.0, 0.2, 0.0, 64, False)
     assert cfg.normalize_input and cfg.normalize_returns
+    # a batch smaller than the auto minibatch count: one rollout per minibatch
+    small, errors = parse("--env=Pendulum-v1", "--batch_size=16")
+    assert not errors and small.ppo_minibatches == 16
     impala, _ = parse("--env=Pendulum-v1", "--agent=impala")
     assert (impala.lr, impala.batch_size, impala.normalize_input) == (3e-4, 32, True)
     # the other families keep their values

@@ -194,9 +194,12 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if env_problem:
         errors.append(f"--env: {env_problem}")
     ppo = v["agent"] != "impala"
+    auto = {name for name in family.auto_values(v["agent"]) if v.get(name) is None}
     for name, value in family.auto_values(v["agent"]).items():
-        if v.get(name) is None:
+        if name in auto:
             v[name] = value
+    if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given
+        v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"])
     if v.get("adam_eps") is None:
         v["adam_eps"] = 1e-5 if ppo else 1e-8
     if v.get("ppo_value_clip") is None:  # the paper's 0.1 is for Atari's clipped rewards

@@ -11,8 +11,8 @@ the learner holds it.
 
 Row convention (the same for every field): row t describes observation x_t.
     obs             [T+1, S, *obs_shape] uint8 (pixels) / float32   x_t
-    action          [T+1, S] int64     a_t ~ mu(.|x_t), taken at x_t; for a Box
-                    or [T+1, S, A] float32 action space, as sampled (unclipped)
+    action          [T+1, S] int64     a_t ~ mu(.|x_t), taken at x_t (Discrete);
+                    [T+1, S, A] float32 for a Box: as sampled, before the env's clip
     logits          [T+1, S, P] float32 behaviour distribution's params at x_t
                                        (agents/distributions.py: P = A logits, or
                                        A means then A log-stds)

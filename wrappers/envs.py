@@ -26,7 +26,6 @@ how to recognise its ids, check one and build its batched env, and its defaults.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 from collections.abc import Callable, Mapping
 
@@ -79,10 +78,14 @@ class EnvFamily:
         return {**self.defaults, **(self.ppo_defaults if agent != "impala" else {})}
 
 
-@functools.cache
+_SPACES: dict[str, tuple[gym.spaces.Space, gym.spaces.Space]] = {}  # made once per process
+
+
 def _gym_spaces(env_id: str) -> tuple[gym.spaces.Space, gym.spaces.Space] | str:
     """(action space, observation space) of a registered gymnasium env, or why it
-    could not be made."""
+    could not be made (not remembered: a module imported later may register it)."""
+    if env_id in _SPACES:
+        return _SPACES[env_id]
     if env_id not in gym.envs.registry:
         return (f"unknown env {env_id!r}: use an Atari id (PongNoFrameskip-v4, ALE/Pong-v5), "
                 "a MinAtar id (MinAtar/Breakout-v1) or a registered gymnasium id "
@@ -91,9 +94,9 @@ def _gym_spaces(env_id: str) -> tuple[gym.spaces.Space, gym.spaces.Space] | str:
         env = gym.make(env_id)
     except Exception as e:  # noqa: BLE001 - report any construction failure
         return f"{env_id!r} could not be created: {e}"
-    spaces = env.action_space, env.observation_space
+    _SPACES[env_id] = env.action_space, env.observation_space
     env.close()
-    return spaces
+    return _SPACES[env_id]
 
 
 def _check_gym(env_id: str) -> str | None:
@@ -201,7 +204,7 @@ def family_of(env_id: str) -> EnvFamily:
     check says why)."""
     try:
         env_id = _import_prefix(env_id)
-    except ImportError:
+    except Exception:  # noqa: BLE001 - check_env_id says why
         return FAMILIES[-1]
     return next(f for f in FAMILIES if f.matches(env_id))
 
@@ -210,7 +213,7 @@ def check_env_id(env_id: str) -> str | None:
     """None if `env_id` can be built, else a message saying why not."""
     try:
         bare = _import_prefix(env_id)
-    except ImportError as e:
+    except Exception as e:  # noqa: BLE001 - any failure of the user's module
         return f"cannot import the module of {env_id!r}: {e}"
     return family_of(env_id).check(bare)
 
