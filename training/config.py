@@ -107,7 +107,7 @@ class Config:
     status_interval: float
 
     # --- derived once, right after the flags are checked (by `make_config`) -----------
-    env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # wrappers.envs.FAMILY_NAMES
+    env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # a FAMILIES name
     replays: tuple[ReplaySpec, ...] = dataclasses.field(kw_only=True, metadata=DERIVED)
     n_envs: int = dataclasses.field(kw_only=True, metadata=DERIVED)  # workers x envs each
     # whether the actors write the policy's hidden layer: some replay reads it
@@ -194,10 +194,10 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if env_problem:
         errors.append(f"--env: {env_problem}")
     ppo = v["agent"] != "impala"
-    auto = {name for name in family.auto_values(v["agent"]) if v.get(name) is None}
-    for name, value in family.auto_values(v["agent"]).items():
-        if name in auto:
-            v[name] = value
+    family_values = family.auto_values(v["agent"])
+    auto = {name for name in family_values if v.get(name) is None}
+    for name in auto:
+        v[name] = family_values[name]
     if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given
         v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"])
     if v.get("adam_eps") is None:

@@ -188,7 +188,6 @@ FAMILIES = (
         ppo_defaults=dict(lr=2.5e-4, batch_size=32, normalize_returns=True,
                           entropy_loss_weight=0.0)),
 )
-FAMILY_NAMES = tuple(f.name for f in FAMILIES)
 
 
 def _import_prefix(env_id: str) -> str:
@@ -229,7 +228,7 @@ def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int,
 def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
     """Observation shape and dtype, actions and frames per step, from the env."""
     family = family_of(env_id)
-    env = make_batched_env(env_id, 1, options, seed=0)
+    env = family.make(_import_prefix(env_id), 1, options, 0, False)
     obs = env.reset()
     info = EnvInfo(
         obs_shape=tuple(obs.shape[1:]),
