@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from absl import flags
 
+from replay.presets import PRESETS
 from training.config import config_fields
 
 FLAGS = flags.FLAGS
@@ -41,7 +42,7 @@ def _define_bool(name: str, default: bool | None, help_text: str) -> None:
 
 
 # --- general -------------------------------------------------------------------
-flags.DEFINE_enum("agent", None, ["impala", "ppo", "truly_ppo"],
+flags.DEFINE_enum("agent", None, ["impala", "ppo", "truly_ppo", "impact"],
                   "The learner's algorithm: impala (V-trace, one step per batch), ppo "
                   "(APPO-style clipped surrogate, epochs x minibatches per batch) or truly_ppo "
                   "(Truly PPO's trust-region rollback); auto: ppo on Atari, impala else. "
@@ -137,6 +138,10 @@ flags.DEFINE_integer("ray_weights_every", 1, "--backend=ray: put the weights int
 flags.DEFINE_string("replay_parameters",
                     '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
                     "JSON list of replays; their sample_ratio values sum to 1 (README: Replays).")
+flags.DEFINE_enum("replays", None, list(PRESETS),
+                  "A named mix instead of --replay_parameters (replay/presets.py): queue; "
+                  "standard, elite1-4, elite_cos, elite_kl, attentive, elite_insertion take "
+                  "half of each batch from a replay of 1000 rollouts.")
 flags.DEFINE_float("training_fill_in_factor", 0.05,
                    "A standard/custom replay is ready once it holds this fraction of its "
                    "capacity (and at least its share of a batch).")
@@ -154,9 +159,10 @@ flags.DEFINE_float("kl_div_threshold", 0.0,
                    "dropped from the traces and losses; 0: off.")
 
 # --- PPO and Truly PPO (--agent=ppo / truly_ppo) ----------------------------------
-flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous.")
+flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous, "
+                     "1 impact (its reuse is the replays').")
 flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass (whole rollouts each); "
-                     "at most --batch_size; auto: 4, 32 continuous.")
+                     "at most --batch_size; auto: 4, 32 continuous, 1 impact.")
 flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
                    "0.2 vector (CleanRL's Atari and CartPole values).")
 flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "
@@ -170,6 +176,10 @@ flags.DEFINE_float("truly_ppo_delta", 0.0008, "truly_ppo: KL(behaviour || curren
                    "trust region (the paper's Atari value).")
 flags.DEFINE_float("truly_ppo_alpha", 20.0, "truly_ppo: slope of the KL rollback outside the "
                    "trust region (the paper's Atari value).")
+
+flags.DEFINE_integer("impact_target_update", 1, "impact: refresh the target network from the "
+                     "model every this many learner updates (batches); 1: the policy at the "
+                     "start of each batch, as PPO's old policy.")
 
 # --- V-trace and losses ----------------------------------------------------------
 flags.DEFINE_float("gamma", 0.99, "Discount.")

@@ -117,12 +117,15 @@ class PPOAgent(Agent):
             self.generator.set_state(state["ppo_generator"])
 
     @torch.no_grad()
-    def targets(self, batch: dict[str, torch.Tensor]
+    def targets(self, batch: dict[str, torch.Tensor], policy_logits: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(advantages [T, B], value targets [T, B], V(x_t) [T, B]) of a batch, by
-        the current model, without gradients."""
+        the current model, without gradients. V-trace's importance weights are
+        pi / mu with pi the current policy, or `policy_logits` [T+1, B, P] if given."""
         cfg = self.cfg
         logits, values, _ = self.model(batch["obs"], *unroll_start(self.model, batch))
+        if policy_logits is not None:
+            logits = policy_logits
         rewards, discounts = transition_targets(batch, cfg)
         if cfg.advantage == "vtrace":
             vt = vtrace.from_logits(
@@ -166,9 +169,15 @@ class PPOAgent(Agent):
                       "mean_rho": log_ratio.exp().mean().item()}
 
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        cfg = self.cfg
         adv, returns, old_values = self.targets(batch)
         update_returns(self.model, returns)
+        return self.epochs(batch, adv, returns, old_values)
+
+    def epochs(self, batch: dict[str, torch.Tensor], adv: torch.Tensor, returns: torch.Tensor,
+               old_values: torch.Tensor) -> dict[str, float]:
+        """`epochs` passes of `minibatches` optimizer steps over the B rollouts of
+        `batch`, whose "logits" are the ratio's denominator; the mean statistics."""
+        cfg = self.cfg
         b = adv.shape[1]
         n = min(cfg.minibatches, b)
         totals: dict[str, float] = {}

@@ -8,7 +8,7 @@
 `parse_replay_parameters` returns one typed `ReplaySpec` per entry, completed with
 its defaults, and a list of every problem found, each naming the entry's index and
 key. The specs are parsed once, with the config (`training/config.py`); everything
-downstream reads `Config.replays`.
+downstream reads `Config.replay_specs`.
 """
 
 from __future__ import annotations

@@ -26,15 +26,15 @@ def config(**overrides):
 
 def test_config_derives_typed_replays_once_and_saves_only_flags():
     cfg = config(replay_parameters=MIX)
-    assert all(isinstance(r, ReplaySpec) for r in cfg.replays)
-    assert [r.type for r in cfg.replays] == ["queue", "standard", "custom"]
+    assert all(isinstance(r, ReplaySpec) for r in cfg.replay_specs)
+    assert [r.type for r in cfg.replay_specs] == ["queue", "standard", "custom"]
     assert (cfg.env_kind, cfg.n_envs, cfg.store_features) == ("vector", 6, True)
     assert not config().store_features  # the queue reads no hidden features
     saved = cfg.to_dict()
     assert list(saved) == config_fields()
-    assert not {"replays", "env_kind", "n_envs", "store_features"} & set(saved)
+    assert not {"replay_specs", "env_kind", "n_envs", "store_features"} & set(saved)
     derived = [f.name for f in dataclasses.fields(cfg) if f.metadata.get("derived")]
-    assert derived == ["env_kind", "replays", "n_envs", "store_features"]
+    assert derived == ["env_kind", "replay_specs", "n_envs", "store_features"]
 
 
 def test_plan_sizes_are_what_the_run_allocates(tmp_path):

@@ -106,7 +106,7 @@ def test_changed_replay_parameters_resume_with_empty_or_kept_replays(tmp_path, n
     log = open(glob.glob(str(tmp_path / "b" / "*" / "run.log"))[0]).read()
     for i, n in enumerate(kept):
         line = next(ln for ln in log.splitlines() if f"resume: replay {i} " in ln)
-        assert ("starts empty" in line) == (n == 0 and cfg.replays[i].type != "queue"), line
+        assert ("starts empty" in line) == (n == 0 and cfg.replay_specs[i].type != "queue"), line
 
 
 # --- 2. rows on disk at a checkpoint; TensorBoard cut at it ----------------------------------

@@ -23,6 +23,7 @@ import torch
 from agents.impala import LossConfig
 from agents.networks import ModelSpec
 from replay.config import ReplaySpec, parse_replay_parameters
+from replay.presets import PRESETS
 from wrappers.envs import EnvInfo, EnvOptions, check_env_id, family_of
 
 DERIVED = {"derived": True}  # metadata of the fields that are not flags
@@ -71,6 +72,7 @@ class Config:
     ray_in_flight: int
     ray_weights_every: int
     replay_parameters: str
+    replays: str | None  # a replay/presets.py name, expanded into replay_parameters
     training_fill_in_factor: float
     caching: bool
     cache_output_buffer_size: int
@@ -97,6 +99,7 @@ class Config:
     ppo_advantage: str  # "gae" or "vtrace" once made ("auto" resolved)
     truly_ppo_delta: float
     truly_ppo_alpha: float
+    impact_target_update: int
     reward_clipping_method: str
     eval_interval: int
     eval_episodes: int
@@ -108,7 +111,7 @@ class Config:
 
     # --- derived once, right after the flags are checked (by `make_config`) -----------
     env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # a FAMILIES name
-    replays: tuple[ReplaySpec, ...] = dataclasses.field(kw_only=True, metadata=DERIVED)
+    replay_specs: tuple[ReplaySpec, ...] = dataclasses.field(kw_only=True, metadata=DERIVED)
     n_envs: int = dataclasses.field(kw_only=True, metadata=DERIVED)  # workers x envs each
     # whether the actors write the policy's hidden layer: some replay reads it
     store_features: bool = dataclasses.field(kw_only=True, metadata=DERIVED)
@@ -168,8 +171,9 @@ def _ignored_flags(values: dict, given: set[str]) -> list[str]:
     --use_lstm would silently ignore."""
     problems = []
     for chooser, readers in (
-            ("agent", {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo")),
+            ("agent", {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo", "impact")),
                        **dict.fromkeys(TRULY_PPO_ONLY, ("truly_ppo",)),
+                       "impact_target_update": ("impact",),
                        **dict.fromkeys(IMPALA_ONLY, ("impala",))}),
             ("backend", dict.fromkeys(RAY_ONLY, ("ray",))),
             ("use_lstm", {"lstm_size": ("true",)})):
@@ -179,6 +183,24 @@ def _ignored_flags(values: dict, given: set[str]) -> list[str]:
                      f"has --{chooser}={chosen}; leave it out or change --{chooser}"
                      for name, ok in readers.items() if name in given and chosen not in ok]
     return problems
+
+
+def _expand_preset(v: dict, given: set[str]) -> list[str]:
+    """--replays: write its preset's JSON into v["replay_parameters"]. A
+    --replay_parameters given without --replays drops a preset name saved in a
+    checkpoint (the given mix wins); both given is an error."""
+    if v.get("replays") is None:
+        return []
+    if "replay_parameters" in given:
+        if "replays" in given:
+            return ["--replays: a named mix and --replay_parameters were both given; "
+                    "give one of them"]
+        v["replays"] = None
+        return []
+    if v["replays"] not in PRESETS:
+        return [f"--replays: must be one of {', '.join(PRESETS)}, got {v['replays']!r}"]
+    v["replay_parameters"] = PRESETS[v["replays"]]
+    return []
 
 
 def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
@@ -198,6 +220,8 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     auto = {name for name in family_values if v.get(name) is None}
     for name in auto:
         v[name] = family_values[name]
+    if v["agent"] == "impact":  # the paper's: one step per sampled batch, reuse by replays
+        v.update({name: 1 for name in ("ppo_epochs", "ppo_minibatches") if name in auto})
     if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given
         v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"])
     if v.get("adam_eps") is None:
@@ -230,6 +254,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                  "hidden_size", "lstm_size", "lr", "save_model_period", "status_interval",
                  "test_episode_count", "keep_checkpoints", "cache_output_buffer_size",
                  "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
+                 "impact_target_update",
                  "eval_episodes",
                  "ray_weights_every", "ray_in_flight"):
         positive(name)
@@ -280,6 +305,10 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["op_mode"] in ("train_w_load", "test") and not v.get("load_model_url"):
         errors.append(f"--load_model_url: required with --op_mode={v['op_mode']}; "
                       "give a run directory or a checkpoint.pt")
+    if v["agent"] == "impact" and v["ppo_advantage"] == "gae":
+        errors.append("--ppo_advantage: impact's advantages are V-trace's (against the target "
+                      "network); leave it out or set it to vtrace")
+    errors += _expand_preset(v, set(given))
     replays, replay_errors = parse_replay_parameters(
         v["replay_parameters"], v["batch_size"] if v["batch_size"] > 0 else 0
     )
@@ -287,9 +316,10 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if errors:
         return None, errors
     if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
-        v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) else "vtrace"
+        v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) \
+            and v["agent"] != "impact" else "vtrace"
     return Config(**{name: v[name] for name in config_fields()},
-                  env_kind=family.name, replays=tuple(replays),
+                  env_kind=family.name, replay_specs=tuple(replays),
                   n_envs=v["worker_count"] * v["envs_per_worker"],
                   store_features=any(r.stores_hidden_features for r in replays)), []
 

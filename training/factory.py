@@ -15,6 +15,7 @@ import torch
 import torch.multiprocessing as mp
 
 from agents.agent import Agent, OptimConfig
+from agents.impact import ImpactAgent
 from agents.impala import ImpalaAgent
 from agents.networks import policy_features
 from agents.ppo import PPOAgent, PPOConfig
@@ -59,6 +60,9 @@ def make_agent(cfg: Config, info: EnvInfo) -> Agent:
     device = resolve_device(cfg.device)
     if cfg.agent == "impala":
         return ImpalaAgent(model, cfg.loss_config(), optim_config(cfg), device)
+    if cfg.agent == "impact":
+        return ImpactAgent(model, ppo_config(cfg), optim_config(cfg), device, seed=cfg.seed,
+                           target_update=cfg.impact_target_update)
     return PPOAgent(model, ppo_config(cfg), optim_config(cfg), device, seed=cfg.seed)
 
 
@@ -79,12 +83,12 @@ def restore_replays(mixer: BatchMixer, cfg: Config, checkpoint: dict) -> list[st
     saved, errors = parse_replay_parameters(
         saved_cfg.get("replay_parameters", cfg.replay_parameters), 0)
     matches = match_saved_states([] if errors else saved, checkpoint.get("replays", []),
-                                 list(cfg.replays),
+                                 list(cfg.replay_specs),
                                  same_unroll=saved_cfg.get("r_f_steps") == cfg.r_f_steps)
     problems = mixer.restore([state for state, _ in matches])
     lines = []
     for i, ((_, note), problem) in enumerate(zip(matches, problems, strict=True)):
-        e = cfg.replays[i]
+        e = cfg.replay_specs[i]
         note = f"starts empty: {problem}" if problem else note
         lines.append(f"resume: replay {i} ({e.type}, capacity {e.capacity}) {note}")
     return lines
@@ -108,7 +112,7 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
     slots = SlotPool(plan.spec, num_slots=plan.num_slots)
     features = functools.partial(policy_features, agent.model, obs_shape=info.obs_shape)
     replays = build_replays(
-        list(cfg.replays), slots, plan.spec, cfg.r_f_steps, pixel_stack=plan.pixel_stack,
+        list(cfg.replay_specs), slots, plan.spec, cfg.r_f_steps, pixel_stack=plan.pixel_stack,
         max_chain_heads=plan.max_chain_heads, fill_in_factor=cfg.training_fill_in_factor,
         features_fn=functools.partial(features, kind="logits"),
         schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
@@ -120,7 +124,7 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
             run.log.info(f"replay {i} ({r.describe()})" + (
                 "" if cfg.checkpoint_replay else
                 f"; not in checkpoints (--checkpoint_replay would add up to {size:.1f} MiB)"))
-    mixer = BatchMixer(slots, replays, [e.sample_ratio for e in cfg.replays], cfg.batch_size)
+    mixer = BatchMixer(slots, replays, [e.sample_ratio for e in cfg.replay_specs], cfg.batch_size)
     if checkpoint is not None:
         for line in restore_replays(mixer, cfg, checkpoint):
             run.log.info(line)

@@ -36,7 +36,7 @@ class RunPlan:
     # resumed run's stored rollouts (--checkpoint_replay), and those every allowed
     # actor restart leaves behind (--max_actor_restarts x --envs_per_worker)
     max_chain_heads: int
-    replay_bytes: tuple[int, ...]  # per `cfg.replays` entry; 0 for the queue
+    replay_bytes: tuple[int, ...]  # per `cfg.replay_specs` entry; 0 for the queue
 
 
 def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
@@ -55,7 +55,7 @@ def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
         max_chain_heads=max_chain_heads,
         replay_bytes=tuple(0 if e.type == "queue" else
                            planned_bytes(e, spec, cfg.r_f_steps, pixel_stack, max_chain_heads)
-                           for e in cfg.replays))
+                           for e in cfg.replay_specs))
 
 
 def check_memory(plan: RunPlan) -> str | None:
