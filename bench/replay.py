@@ -1,17 +1,20 @@
-"""Replay cost on Pong batches, in one run, as JSON.
+"""What each `--replays` preset costs the learner, with and without `--caching`, in
+one run, as JSON.
 
-    python -m bench.replay [--rollouts=400] [--updates=30] [--batch_size=32]
+    python -m bench.replay [--env=PongNoFrameskip-v4] [--presets=elite3,attentive]
+                           [--rollouts=400] [--updates=30] [--batch_size=N]
 
-Fills a `standard` and a `custom` (elite, lambda 6, strategy 3, ln_norm) replay with
-the same real Pong rollouts (random policy, 8 envs, T=20), then measures batches
-drawn uniformly against batches whose `--elite_share` (0.5, as in queue 0.5 +
-elite 0.5) is drawn by elite sampling and the rest uniformly:
-    updates_per_s_uniform / _elite   learner updates (sample + the training step of the
-                                     Pong defaults, `training.factory.make_agent`) per second
-    elite_over_uniform               their ratio (goal >= 0.85)
-    bytes_per_step                   allocated replay bytes per stored env step
-    batch_prep_ms_uniform / _elite   time to prepare one batch
-    updates_per_s_elite_cached       elite with --caching (batches prepared in a thread)
+Fills a `standard` replay and each preset's storage replay (capacity `--rollouts`)
+with the same real rollouts of `--env` (random policy, 8 envs, T=20), then times
+learner updates (sample + the training step of the env's defaults,
+`training.factory.make_agent`):
+    uniform          the whole batch drawn uniformly from the standard replay, a
+                     stand-in for the queue-only run (whose batch is a gather of slots)
+    <preset>         half the batch from the standard replay (the queue's half), half
+                     from the preset's replay, as `--replays=<preset>` mixes them
+For each: updates_per_s (batches prepared inline), updates_per_s_cached (prepared
+ahead in a thread, `--caching`), batch_prep_ms, and over_uniform /
+cached_over_uniform, both against the uncached uniform rate (goal: cached >= 0.85).
 """
 
 from __future__ import annotations
@@ -33,17 +36,19 @@ from agents.networks import policy_features, step_model  # noqa: E402
 from option_flags import default_values  # noqa: E402
 from replay.config import parse_replay_parameters  # noqa: E402
 from replay.mixer import BatchMixer, Prefetcher, build_replays  # noqa: E402
+from replay.presets import PRESETS  # noqa: E402
 from training.config import make_config  # noqa: E402
 from training.factory import make_agent  # noqa: E402
-from workers.slots import SlotPool, rollout_spec  # noqa: E402
-from wrappers.envs import EnvOptions, env_info, make_batched_env  # noqa: E402
+from training.plan import make_plan  # noqa: E402
+from workers.slots import SlotPool  # noqa: E402
+from wrappers.envs import make_batched_env  # noqa: E402
 
 T, ENVS = 20, 8
 
 
-def fill(replays, pool, model, rollouts: int) -> None:
-    """Play Pong with a random policy and add every env's rollouts, in order."""
-    env = make_batched_env("PongNoFrameskip-v4", ENVS, EnvOptions(), seed=0)
+def fill(replays, pool, model, env_id: str, options, rollouts: int) -> None:
+    """Play `env_id` with a random policy and add every env's rollouts, in order."""
+    env = make_batched_env(env_id, ENVS, options, seed=0)
     rng = np.random.default_rng(0)
     obs = torch.from_numpy(env.reset())
     slots = torch.tensor(pool.take(ENVS))
@@ -64,7 +69,7 @@ def fill(replays, pool, model, rollouts: int) -> None:
 
 
 def updates_per_s(mixer, agent, updates: int, cached: bool) -> tuple[float, float]:
-    """(updates per second, mean batch preparation ms)."""
+    """(updates per second, mean batch preparation (or wait) ms)."""
     prefetcher = Prefetcher(mixer, 2) if cached else None
     prep = []
     t0 = time.perf_counter()
@@ -79,57 +84,61 @@ def updates_per_s(mixer, agent, updates: int, cached: bool) -> tuple[float, floa
     return rate, 1000 * statistics.mean(prep)
 
 
+def storage_entry(preset: str, capacity: int) -> str:
+    """The preset's storage replay (its second entry) at `capacity`, as JSON."""
+    entry = json.loads(PRESETS[preset])[1]
+    return json.dumps({**entry, "capacity": capacity, "sample_ratio": 1})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--env", default="PongNoFrameskip-v4")
+    ap.add_argument("--presets", default=",".join(p for p in PRESETS if p != "queue"))
     ap.add_argument("--rollouts", type=int, default=400)
     ap.add_argument("--updates", type=int, default=30)
-    ap.add_argument("--batch_size", type=int, default=32)
-    ap.add_argument("--elite_share", type=float, default=0.5,
-                    help="share of the batch sampled by elite; the rest uniformly, as the "
-                         "queue's share would be")
+    ap.add_argument("--batch_size", type=int, help="default: the env's auto value")
     args = ap.parse_args()
     torch.manual_seed(0)
-    spec = rollout_spec(T, (4, 84, 84), "uint8", 6)
-    pool = SlotPool(spec, num_slots=ENVS)
-    cfg, errors = make_config(default_values(env="PongNoFrameskip-v4",
-                                             batch_size=args.batch_size))
+    cfg, errors = make_config(default_values(env=args.env, batch_size=args.batch_size,
+                                             r_f_steps=T, worker_count=1,
+                                             envs_per_worker=ENVS))
     assert not errors, errors
-    agent = make_agent(cfg, env_info(cfg.env, cfg.env_options()))
+    plan = make_plan(cfg)
+    pool = SlotPool(plan.spec, num_slots=ENVS)
+    agent = make_agent(cfg, plan.info)
     model = agent.model
 
     def features(obs, state=None):
-        return policy_features(model, obs, state, obs_shape=(4, 84, 84))
+        return policy_features(model, obs, state, obs_shape=plan.info.obs_shape)
 
-    cap = args.rollouts
-    text = (f'[{{"type": "standard", "capacity": {cap}, "sample_ratio": 0.5}}, '
-            f'{{"type": "custom", "capacity": {cap}, "sample_ratio": 0.5, '
-            '"sample_strategy": "elite_sampling", "lambda_batch_multiplier": 6, '
-            '"elite_sampling_strategy": "strategy3", "dist_function": "ln_norm"}]')
-    entries, errors = parse_replay_parameters(text, args.batch_size)
-    assert not errors, errors
-    uniform, elite = build_replays(entries, pool, spec, T, 4, 2 * ENVS, 0.0, features, 1e9)
-    fill([uniform, elite], pool, model, cap)
-    result = {"rollouts_stored": len(elite), "batch_size": args.batch_size,
-              "bytes_per_step": round(elite.storage.bytes_per_step(), 1),
+    presets = args.presets.split(",")
+    entries = []
+    for name in ["standard", *presets]:
+        parsed, errors = parse_replay_parameters(f"[{storage_entry(name, args.rollouts)}]", 0)
+        assert not errors, errors
+        entries += parsed
+    replays = build_replays(entries, pool, plan.spec, T, plan.pixel_stack, 2 * ENVS, 0.0,
+                            features, 1e9, distribution=model.distribution)
+    fill(replays, pool, model, args.env, cfg.env_options(), args.rollouts)
+    uniform = replays[0]
+    result = {"env": args.env, "rollouts_stored": len(uniform), "batch_size": cfg.batch_size,
               "torch_threads": torch.get_num_threads()}
-    share = args.elite_share
     setups = {"uniform": ([uniform], [1.0]),
-              "elite": ([uniform, elite], [1.0 - share, share]) if share < 1 else ([elite], [1.0])}
-    result["elite_share"] = share
-    for name, (replays, ratios) in setups.items():
-        mixer = BatchMixer(pool, replays, ratios, args.batch_size)
+              **{p: ([uniform, r], [0.5, 0.5]) for p, r in zip(presets, replays[1:],
+                                                                 strict=True)}}
+    for name, (mix, ratios) in setups.items():
+        mixer = BatchMixer(pool, mix, ratios, cfg.batch_size)
         updates_per_s(mixer, agent, 3, cached=False)  # warm-up
         rate, prep = updates_per_s(mixer, agent, args.updates, cached=False)
-        result[f"updates_per_s_{name}"] = round(rate, 3)
-        result[f"batch_prep_ms_{name}"] = round(prep, 1)
-        if name == "elite":
-            rate, wait = updates_per_s(mixer, agent, args.updates, cached=True)
-            result["updates_per_s_elite_cached"] = round(rate, 3)
-            result["batch_wait_ms_elite_cached"] = round(wait, 1)
-    result["elite_over_uniform"] = round(result["updates_per_s_elite"]
-                                         / result["updates_per_s_uniform"], 3)
-    result["elite_cached_over_uniform"] = round(result["updates_per_s_elite_cached"]
-                                                / result["updates_per_s_uniform"], 3)
+        cached, wait = updates_per_s(mixer, agent, args.updates, cached=True)
+        result[name] = {"updates_per_s": round(rate, 2), "batch_prep_ms": round(prep, 1),
+                        "updates_per_s_cached": round(cached, 2),
+                        "batch_wait_ms_cached": round(wait, 1)}
+    base = result["uniform"]["updates_per_s"]
+    for name in setups:
+        result[name].update(over_uniform=round(result[name]["updates_per_s"] / base, 3),
+                            cached_over_uniform=round(
+                                result[name]["updates_per_s_cached"] / base, 3))
     print(json.dumps(result, indent=2))
 
 

@@ -56,6 +56,12 @@ CORPUS = [
     (["--agent=ppo", "--truly_ppo_alpha=5"], "--truly_ppo_alpha"),
     (["--agent=truly_ppo", "--clear_policy_cloning_weight=1"], "--clear_policy_cloning_weight"),
     (["--agent=ppo", "--ppo_clip=0"], "--ppo_clip"),
+    (["--agent=ppo", "--impact_target_update=4"], "--impact_target_update"),
+    (["--agent=impact", "--impact_target_update=0"], "--impact_target_update"),
+    (["--agent=impact", "--ppo_advantage=gae"], "--ppo_advantage"),
+    # replay presets: unknown, or given with --replay_parameters
+    (["--replays=elite9"], "--replays"),
+    (["--replays=standard", rp(Q % "1")], "--replays"),
     # non-UTF-8 input (undecodable bytes reach Python as lone surrogates)
     (["--env=Cart\udcffPole-v1"], "--env"),
     ([rp(Q % "1").replace("queue", "qu\udcfeeue")], "--replay_parameters"),

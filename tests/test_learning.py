@@ -117,22 +117,13 @@ def test_cartpole_ppo_agents_reach_475(results, agent):
     assert solved is not None and solved[0] <= 500_000
 
 
-REPLAY_MIXES = {
-    "queue+standard": '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
-                      '{"type": "standard", "capacity": 1000, "sample_ratio": 0.5}]',
-    "queue+elite": '[{"type": "queue", "capacity": 1, "sample_ratio": 0.5}, '
-                   '{"type": "custom", "capacity": 1000, "sample_ratio": 0.5, '
-                   '"dist_function": "ln_norm", "sample_strategy": "elite_sampling", '
-                   '"lambda_batch_multiplier": 6, "alfa_annealing_factor": 2.0}]',
-}
-
-
+REPLAY_MIXES = {"queue+standard": "standard", "queue+elite": "elite3"}  # --replays presets
 
 
 @pytest.mark.parametrize("mix", sorted(REPLAY_MIXES))
 def test_cartpole_with_replay_reaches_475(results, mix):
     solved = solved_run(results, f"CartPole-v1 {mix}", 500_000, "--env=CartPole-v1",
-                        f"--replay_parameters={REPLAY_MIXES[mix]}")
+                        f"--replays={REPLAY_MIXES[mix]}")
     assert solved is not None and solved[0] <= 500_000
 
 
