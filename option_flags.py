@@ -159,10 +159,9 @@ flags.DEFINE_float("kl_div_threshold", 0.0,
                    "dropped from the traces and losses; 0: off.")
 
 # --- PPO and Truly PPO (--agent=ppo / truly_ppo) ----------------------------------
-flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous, "
-                     "1 impact (its reuse is the replays').")
+flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous.")
 flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass (whole rollouts each); "
-                     "at most --batch_size; auto: 4, 32 continuous, 1 impact.")
+                     "at most --batch_size; auto: 4, 32 continuous.")
 flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
                    "0.2 vector (CleanRL's Atari and CartPole values).")
 flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "

@@ -49,21 +49,20 @@ TASKS = {
     "asterix": ("MinAtar/Asterix-v1", (1.0, 2.0, 3.0)),
 }
 BASE_FLAGS = ("--serial", "--eval_interval=0")
-ONE_STEP = ("--ppo_epochs=1", "--ppo_minibatches=1")  # impact's auto values, for ppo's row
 CLEAR = ("--clear_policy_cloning_weight=0.01", "--clear_value_cloning_weight=0.005")
 
 
 def rows(best: str, kl_mask: float) -> dict[str, tuple[str, ...]]:
     """Row name -> main.py flags. CLEAR (Rolnick et al., 2019: cloning weights 0.01
-    and 0.005), the KL mask, ppo and impact ride on the `best` preset; ppo takes
-    impact's one optimizer step per batch, so that the two differ only in the
-    ratio's denominator (mu against the target network)."""
+    and 0.005), the KL mask, ppo and impact ride on the `best` preset; ppo and
+    impact share their auto values, so they differ only in the ratio's
+    denominator (mu against the target network)."""
     mixes = ("queue", "standard", "elite1", "elite2", "elite3", "elite4", "elite_cos",
              "elite_kl", "attentive", "elite_insertion")
     out = {m: (f"--replays={m}",) for m in mixes}
     out[f"{best}+clear"] = (f"--replays={best}", *CLEAR)
     out[f"{best}+kl_mask"] = (f"--replays={best}", f"--kl_div_threshold={kl_mask:g}")
-    out[f"ppo {best}"] = ("--agent=ppo", f"--replays={best}", *ONE_STEP)
+    out[f"ppo {best}"] = ("--agent=ppo", f"--replays={best}")
     out[f"impact {best}"] = ("--agent=impact", f"--replays={best}")
     return out
 

@@ -220,8 +220,6 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     auto = {name for name in family_values if v.get(name) is None}
     for name in auto:
         v[name] = family_values[name]
-    if v["agent"] == "impact":  # the paper's: one step per sampled batch, reuse by replays
-        v.update({name: 1 for name in ("ppo_epochs", "ppo_minibatches") if name in auto})
     if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given
         v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"])
     if v.get("adam_eps") is None:
