@@ -44,8 +44,10 @@ def _define_bool(name: str, default: bool | None, help_text: str) -> None:
 # --- general -------------------------------------------------------------------
 flags.DEFINE_enum("agent", None, ["impala", "ppo", "truly_ppo", "impact"],
                   "The learner's algorithm: impala (V-trace, one step per batch), ppo "
-                  "(APPO-style clipped surrogate, epochs x minibatches per batch) or truly_ppo "
-                  "(Truly PPO's trust-region rollback); auto: ppo on Atari, impala else. "
+                  "(APPO-style clipped surrogate, epochs x minibatches per batch), truly_ppo "
+                  "(Truly PPO's trust-region rollback) or impact (ppo's clip against a target "
+                  "network, V-trace advantages); auto: ppo on Atari and continuous actions, "
+                  "impala else. "
                   "Cannot change on resume.")
 flags.DEFINE_enum("op_mode", "train", ["train", "train_w_load", "test"],
                   "train: a new run; train_w_load: resume from --load_model_url; "
@@ -170,7 +172,8 @@ flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch i
 flags.DEFINE_float("gae_lambda", 0.95, "GAE(lambda) of the ppo advantages.")
 flags.DEFINE_enum("ppo_advantage", "auto", ["auto", "gae", "vtrace"],
                   "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, "
-                  "vtrace when replays other than the queue (off-policy data) are mixed in.")
+                  "vtrace when replays other than the queue (off-policy data) are mixed in; "
+                  "always vtrace for impact.")
 flags.DEFINE_float("truly_ppo_delta", 0.0008, "truly_ppo: KL(behaviour || current) bound of the "
                    "trust region (the paper's Atari value).")
 flags.DEFINE_float("truly_ppo_alpha", 20.0, "truly_ppo: slope of the KL rollback outside the "

@@ -98,12 +98,17 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--batch_size", type=int, help="default: the env's auto value")
     args = ap.parse_args()
+    presets = args.presets.split(",")
+    if not set(presets) <= set(PRESETS) - {"queue"}:
+        ap.error(f"--presets: names among {', '.join(p for p in PRESETS if p != 'queue')}")
     torch.manual_seed(0)
     cfg, errors = make_config(default_values(env=args.env, batch_size=args.batch_size,
                                              r_f_steps=T, worker_count=1,
                                              envs_per_worker=ENVS))
     assert not errors, errors
     plan = make_plan(cfg)
+    if plan.info.action_kind != "discrete":
+        ap.error("--env: the random rollouts here need discrete actions")
     pool = SlotPool(plan.spec, num_slots=ENVS)
     agent = make_agent(cfg, plan.info)
     model = agent.model
@@ -111,7 +116,6 @@ def main() -> None:
     def features(obs, state=None):
         return policy_features(model, obs, state, obs_shape=plan.info.obs_shape)
 
-    presets = args.presets.split(",")
     entries = []
     for name in ["standard", *presets]:
         parsed, errors = parse_replay_parameters(f"[{storage_entry(name, args.rollouts)}]", 0)

@@ -35,6 +35,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -42,11 +43,12 @@ import numpy as np
 
 from bench.learning import curve, median_or_none, run_seed, seed_result
 
-# name: (env id, thresholds of the mean-100 return)
+# name: (env id, thresholds of the mean-100 return), chosen from queue-only runs of
+# seed 0 (the middle one about where the queue alone was at half the budget or later)
 TASKS = {
     "breakout": ("MinAtar/Breakout-v1", (2.0, 3.0, 4.0)),
     "seaquest": ("MinAtar/Seaquest-v1", (0.5, 0.75, 1.0)),
-    "asterix": ("MinAtar/Asterix-v1", (1.0, 2.0, 3.0)),
+    "asterix": ("MinAtar/Asterix-v1", (0.6, 0.8, 1.0)),
 }
 BASE_FLAGS = ("--serial", "--eval_interval=0")
 CLEAR = ("--clear_policy_cloning_weight=0.01", "--clear_value_cloning_weight=0.005")
@@ -87,7 +89,12 @@ def run_cell(task: str, row: str, flags: tuple[str, ...], seed: int, steps: int,
     path = os.path.join(cell_dir, "cell.json")
     if os.path.exists(path):
         with open(path) as f:
-            return json.load(f)
+            done = json.load(f)
+        ran = (done.get("flags"), (done.get("lr_schedule") or {}).get("environment_max_steps"))
+        if "error" not in done and ran != (list(flags), steps):
+            raise SystemExit(f"{path} ran with flags {ran[0]} and {ran[1]} env steps, not "
+                             f"{list(flags)} and {steps}: give another --results_dir")
+        return done
     os.makedirs(cell_dir, exist_ok=True)
     env, thresholds = TASKS[task]
     with open(os.path.join(cell_dir, "log.txt"), "a") as log:
@@ -113,9 +120,16 @@ def run_cell(task: str, row: str, flags: tuple[str, ...], seed: int, steps: int,
     return result
 
 
+def median_of_present(values: list[float | None]) -> float | None:
+    """The median of the values that exist (a run too short for a mean-100 has
+    none); None when half of them or more are missing."""
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if 2 * len(present) > len(values) else None
+
+
 def row_summary(cells: list[dict], thresholds) -> dict:
     """Medians over a row's seeds."""
-    med = lambda k: median_or_none([c[k] for c in cells])  # noqa: E731
+    med = lambda k: median_of_present([c[k] for c in cells])  # noqa: E731
     return {
         "seeds": len(cells),
         "reached": {str(t): median_or_none([(c["reached"][str(t)] or {}).get("env_steps")
@@ -181,55 +195,66 @@ def plot_task(task: str, cells: dict[str, list[dict]], steps: int, path: str) ->
 
 
 def aggregate(cells: dict[str, dict[str, list[dict]]], root: str) -> dict:
-    """rliable's interquartile means (95% stratified-bootstrap CIs) and performance
-    profiles of each row's auc and final mean-100, min-max normalised per task over
-    all cells. Rows missing a cell are left out."""
+    """rliable's interquartile means (95% stratified-bootstrap CIs, a fixed bootstrap
+    seed) and performance profiles of each row's auc and final mean-100, min-max
+    normalised per task over all cells. Only rows and seeds with a cell in every
+    task enter."""
     from rliable import library as rly
-    from rliable import metrics, plot_utils
+    from rliable import metrics
 
     tasks = sorted(cells)
-    rows_all = [r for r in next(iter(cells.values()))
-                if all(r in cells[t] for t in tasks)]
-    n_seeds = min(len(cells[t][r]) for t in tasks for r in rows_all)
-    out, scores = {}, {}
+    rows_all = [r for r in cells[tasks[0]] if all(r in cells[t] for t in tasks)]
+    by_seed = {t: {r: {c["seed"]: c for c in cells[t][r]} for r in rows_all} for t in tasks}
+    seeds = sorted(set.intersection(*[set(by_seed[t][r]) for t in tasks for r in rows_all])) \
+        if rows_all else []
+    if not seeds:
+        return {"skipped": "no row has a cell for one seed in every task"}
+    out: dict = {"seeds": seeds, "tasks": tasks}
+    iqm = lambda x: np.array([metrics.aggregate_iqm(x)])  # noqa: E731
+    scores = {}
     for metric in ("auc", "final_mean"):
-        if any(c[metric] is None for t in tasks for r in rows_all for c in cells[t][r]):
+        raw = {t: np.array([[by_seed[t][r][s][metric] for s in seeds] for r in rows_all],
+                           dtype=float) for t in tasks}  # [rows, seeds]; NaN: too short
+        if any(np.isnan(v).any() for v in raw.values()):
             out[metric] = "a run with fewer than 100 episodes"
             continue
-        per_task = {t: np.array([[c[metric] for c in cells[t][r][:n_seeds]]
-                                 for r in rows_all]) for t in tasks}  # [rows, seeds]
-        norm = {t: (v - v.min()) / max(v.max() - v.min(), 1e-12) for t, v in per_task.items()}
-        score = {r: np.stack([norm[t][i] for t in tasks], axis=1)  # [seeds, tasks]
-                 for i, r in enumerate(rows_all)}
-        point, ci = rly.get_interval_estimates(
-            score, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000)
+        norm = {t: (v - v.min()) / max(v.max() - v.min(), 1e-12) for t, v in raw.items()}
+        scores[metric] = {r: np.stack([norm[t][i] for t in tasks], axis=1)  # [seeds, tasks]
+                          for i, r in enumerate(rows_all)}
+        point, ci = rly.get_interval_estimates(scores[metric], iqm, reps=2000,
+                                               random_state=np.random.RandomState(0))
         out[metric] = {r: {"iqm": round(float(point[r][0]), 3),
                            "ci95": [round(float(ci[r][0, 0]), 3), round(float(ci[r][1, 0]), 3)]}
                        for r in rows_all}
-        scores[metric] = score
+        if metric == "auc":
+            out["aggregate_png"] = plot_aggregate(point, ci, rows_all, scores[metric], root)
+    return out
+
+
+def plot_aggregate(point, ci, rows_all, scores, root: str) -> str:
+    """The IQM intervals (aggregate.png) and the performance profiles (profiles.png) of
+    normalised auc; returns the first path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from rliable import library as rly
+    from rliable import plot_utils
 
-    agg_png = os.path.join(root, "aggregate.png")
-    point, ci = rly.get_interval_estimates(
-        scores["auc"], lambda x: np.array([metrics.aggregate_iqm(x)]), reps=2000)
+    path = os.path.join(root, "aggregate.png")
     fig, _ = plot_utils.plot_interval_estimates(point, ci, metric_names=["IQM of auc"],
                                                 algorithms=rows_all, xlabel="normalised")
-    fig.savefig(agg_png, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
     taus = np.linspace(0.0, 1.0, 51)
-    profiles, profile_cis = rly.create_performance_profile(scores["auc"], taus)
+    profiles, profile_cis = rly.create_performance_profile(scores, taus)
     fig, ax = plt.subplots(figsize=(8, 5))
     plot_utils.plot_performance_profiles(profiles, taus, performance_profile_cis=profile_cis,
                                          xlabel=r"normalised auc $(\tau)$", ax=ax)
     ax.legend(fontsize=7)
-    prof_png = os.path.join(root, "profiles.png")
-    fig.savefig(prof_png, dpi=100, bbox_inches="tight")
+    fig.savefig(os.path.join(root, "profiles.png"), dpi=100, bbox_inches="tight")
     plt.close(fig)
-    out.update(seeds=n_seeds, tasks=tasks, aggregate_png=agg_png, profiles_png=prof_png)
-    return out
+    return path
 
 
 def main(argv: list[str]) -> int:
@@ -280,10 +305,10 @@ def main(argv: list[str]) -> int:
         result["tasks"][t] = {"env": TASKS[t][0], "thresholds": TASKS[t][1], "rows": summaries,
                               "curves_png": plot_task(t, cells[t], args.steps,
                                                       os.path.join(root, f"{t}.png"))}
-    if cells and len(chosen) > 1:
-        result["rliable"] = aggregate(cells, root)
     with open(os.path.join(root, "replays.md"), "w") as f:
         f.write("\n\n".join(md) + "\n")
+    if cells and len(chosen) > 1:
+        result["rliable"] = aggregate(cells, root)
     result.update(markdown=os.path.join(root, "replays.md"),
                   bench_wall_s=round(time.time() - t0, 1))
     print(json.dumps(result, indent=1))

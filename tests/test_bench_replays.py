@@ -38,6 +38,22 @@ def test_a_given_mix_replaces_a_saved_preset_on_resume():
     assert not errors and cfg.replays is None and cfg.replay_parameters == mix
     kept = make_config(merge_saved(default_values(env="CartPole-v1"), set(), saved))[0]
     assert kept.replays == "elite3" and kept.replay_parameters == PRESETS["elite3"]
+    # a saved name keeps the JSON saved with it, whatever the preset became since
+    older = {**saved, "replay_parameters": mix}
+    kept = make_config(merge_saved(default_values(env="CartPole-v1"), set(), older))[0]
+    assert kept.replays == "elite3" and kept.replay_parameters == mix
+
+
+def test_a_new_mix_on_resume_re_derives_ppo_advantage():
+    saved = make_config(default_values(env="CartPole-v1", agent="ppo"))[0].to_dict()
+    assert saved["ppo_advantage"] == "gae"  # the queue alone
+    values = merge_saved(default_values(env="CartPole-v1", replays="standard"), {"replays"},
+                         saved)
+    assert make_config(values, given={"replays"})[0].ppo_advantage == "vtrace"
+    values = merge_saved(default_values(env="CartPole-v1", replays="standard",
+                                        ppo_advantage="gae"),
+                         {"replays", "ppo_advantage"}, saved)
+    assert make_config(values, given={"replays", "ppo_advantage"})[0].ppo_advantage == "gae"
 
 
 def test_auc_is_the_curve_mean_over_the_budget():

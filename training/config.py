@@ -186,17 +186,19 @@ def _ignored_flags(values: dict, given: set[str]) -> list[str]:
 
 
 def _expand_preset(v: dict, given: set[str]) -> list[str]:
-    """--replays: write its preset's JSON into v["replay_parameters"]. A
-    --replay_parameters given without --replays drops a preset name saved in a
-    checkpoint (the given mix wins); both given is an error."""
+    """--replays, given: write its preset's JSON into v["replay_parameters"]. A name
+    not given came from a checkpoint, whose saved replay_parameters (the preset's
+    JSON when it was saved) stand as they are. A --replay_parameters given without
+    --replays drops a saved name (the given mix wins); both given is an error."""
     if v.get("replays") is None:
         return []
-    if "replay_parameters" in given:
-        if "replays" in given:
-            return ["--replays: a named mix and --replay_parameters were both given; "
-                    "give one of them"]
-        v["replays"] = None
+    if "replays" not in given:  # a name saved in a checkpoint
+        if "replay_parameters" in given:
+            v["replays"] = None
         return []
+    if "replay_parameters" in given:
+        return ["--replays: a named mix and --replay_parameters were both given; "
+                "give one of them"]
     if v["replays"] not in PRESETS:
         return [f"--replays: must be one of {', '.join(PRESETS)}, got {v['replays']!r}"]
     v["replay_parameters"] = PRESETS[v["replays"]]
@@ -337,10 +339,14 @@ SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns"
 def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
     """Flag priority: given on the command line (`explicit`; multi_train.py passes its
     overrides there too) > saved in the checkpoint (`saved`; `SAVED_BEFORE` for keys
-    older checkpoints lack) > defaults (`values`)."""
+    older checkpoints lack) > defaults (`values`). A mix given anew (`--replays` or
+    `--replay_parameters`) re-derives `--ppo_advantage` unless it is given too: the
+    checkpoint holds the value derived from the old mix."""
     saved = {**SAVED_BEFORE, **saved}
     merged = dict(values)
     for name, value in saved.items():
         if name in merged and name not in explicit and name not in PER_INVOCATION:
             merged[name] = value
+    if {"replays", "replay_parameters"} & explicit and "ppo_advantage" not in explicit:
+        merged["ppo_advantage"] = "auto"  # re-derived from the new mix (saved resolved)
     return merged
