@@ -41,7 +41,7 @@ import time
 
 import numpy as np
 
-from bench.learning import curve, median_or_none, run_seed, seed_result
+from bench.learning import curve, first_reached, median_or_none, run_seed, seed_result
 
 # name: (env id, thresholds of the mean-100 return), chosen from queue-only runs of
 # seed 0 (the middle one about where the queue alone was at half the budget or later)
@@ -94,6 +94,9 @@ def run_cell(task: str, row: str, flags: tuple[str, ...], seed: int, steps: int,
         if "error" not in done and ran != (list(flags), steps):
             raise SystemExit(f"{path} ran with flags {ran[0]} and {ran[1]} env steps, not "
                              f"{list(flags)} and {steps}: give another --results_dir")
+        if "error" not in done:  # the thresholds may have changed since it ran
+            cols = curve(os.path.join(done["run_dir"], "episodes.csv"), 100)
+            done["reached"] = {str(t): first_reached(cols, t) for t in TASKS[task][1]}
         return done
     os.makedirs(cell_dir, exist_ok=True)
     env, thresholds = TASKS[task]

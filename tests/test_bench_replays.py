@@ -84,12 +84,21 @@ def test_row_medians_and_the_table(tmp_path):
     assert md.splitlines()[-1].startswith("| queue | ")
 
 
-def test_a_finished_cell_is_not_run_again(tmp_path, monkeypatch):
+def test_a_finished_cell_is_not_run_again_unless_it_ran_otherwise(tmp_path, monkeypatch):
     cell_dir = tmp_path / "breakout" / "elite3" / "seed0"
     cell_dir.mkdir(parents=True)
-    (cell_dir / "cell.json").write_text(json.dumps({"row": "elite3", "auc": 1.5}))
+    run = write_run(cell_dir / "run", [1.0] * 50 + [3.0] * 100)
+    (cell_dir / "cell.json").write_text(json.dumps(
+        {"row": "elite3", "auc": 1.5, "run_dir": run, "flags": ["--replays=elite3"],
+         "lr_schedule": {"environment_max_steps": 1000}, "reached": {"99.0": None}}))
     monkeypatch.setattr(bench, "run_seed", lambda *a: pytest.fail("ran a finished cell"))
-    assert bench.run_cell("breakout", "elite3", (), 0, 1000, str(tmp_path))["auc"] == 1.5
+    cell = bench.run_cell("breakout", "elite3", ("--replays=elite3",), 0, 1000, str(tmp_path))
+    assert cell["auc"] == 1.5
+    # its thresholds are today's, from its episodes: 2 is first reached at episode 100
+    assert set(cell["reached"]) == {"2.0", "3.0", "4.0"}
+    assert cell["reached"]["2.0"]["env_steps"] == 100 * 100
+    with pytest.raises(SystemExit, match="another --results_dir"):
+        bench.run_cell("breakout", "elite3", ("--replays=elite3",), 0, 2000, str(tmp_path))
 
 
 def test_rows_carry_their_flags():
