@@ -62,18 +62,21 @@ class ImpactAgent(PPOAgent):
         self.updates = state["impact_updates"]
 
     @torch.no_grad()
-    def target_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def target_logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor | None:
         """pi_target's distribution params float32 [T+1, B, P], refreshing the
-        target from the model first every `target_update` updates."""
-        if self.updates % self.target_update == 0:
-            self.target.load_state_dict(self.model.state_dict())
+        target from the model first every `target_update` updates; None right after
+        a refresh, when pi_target is the model (whose params `targets` computes)."""
+        refresh = self.updates % self.target_update == 0
         self.updates += 1
+        if refresh:
+            self.target.load_state_dict(self.model.state_dict())
+            return None
         logits, _, _ = self.target(batch["obs"], *unroll_start(self.target, batch))
         return logits
 
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        target_logits = self.target_logits(batch)
-        adv, returns, old_values = self.targets(batch, policy_logits=target_logits)
+        adv, returns, old_values, target_logits = self.targets(
+            batch, policy_logits=self.target_logits(batch))
         update_returns(self.model, returns)
         stats = self.epochs({**batch, "logits": target_logits}, adv, returns, old_values)
         mu = self.model.distribution(batch["logits"][:-1])

@@ -118,10 +118,11 @@ class PPOAgent(Agent):
 
     @torch.no_grad()
     def targets(self, batch: dict[str, torch.Tensor], policy_logits: torch.Tensor | None = None
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(advantages [T, B], value targets [T, B], V(x_t) [T, B]) of a batch, by
-        the current model, without gradients. V-trace's importance weights are
-        pi / mu with pi the current policy, or `policy_logits` [T+1, B, P] if given."""
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(advantages [T, B], value targets [T, B], V(x_t) [T, B], pi's params
+        [T+1, B, P]) of a batch, by the current model, without gradients. pi (whose
+        ratio to mu V-trace weighs by) is the current policy, or `policy_logits`
+        [T+1, B, P] if given."""
         cfg = self.cfg
         logits, values, _ = self.model(batch["obs"], *unroll_start(self.model, batch))
         if policy_logits is not None:
@@ -134,9 +135,9 @@ class PPOAgent(Agent):
                 values=values[:-1], bootstrap_value=values[-1],
                 clip_rho_threshold=cfg.rho_const, clip_pg_rho_threshold=cfg.rho_const,
                 clip_c_threshold=cfg.c_const, distribution=self.model.distribution)
-            return vt.pg_advantages, vt.vs, values[:-1]
+            return vt.pg_advantages, vt.vs, values[:-1], logits
         adv = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
-        return adv, adv + values[:-1], values[:-1]
+        return adv, adv + values[:-1], values[:-1], logits
 
     def minibatch_loss(self, batch: dict[str, torch.Tensor], adv: torch.Tensor,
                        returns: torch.Tensor, old_values: torch.Tensor
@@ -169,7 +170,7 @@ class PPOAgent(Agent):
                       "mean_rho": log_ratio.exp().mean().item()}
 
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
-        adv, returns, old_values = self.targets(batch)
+        adv, returns, old_values, _ = self.targets(batch)
         update_returns(self.model, returns)
         return self.epochs(batch, adv, returns, old_values)
 

@@ -104,7 +104,7 @@ def test_lstm_losses_equal_a_step_by_step_recomputation(agent, monkeypatch):
                        torch.device("cpu"))
 
         def loss_fn():
-            adv, returns, old_values = ppo.targets(batch)
+            adv, returns, old_values, _ = ppo.targets(batch)
             return ppo.minibatch_loss(batch, adv, returns, old_values)
     fast = loss_and_grads(loss_fn, model)
     monkeypatch.setattr(LSTMCore, "forward", stepwise_core)
