@@ -3,6 +3,7 @@ one run, as JSON.
 
     python -m bench.replay [--env=PongNoFrameskip-v4] [--presets=elite3,attentive]
                            [--rollouts=400] [--updates=30] [--batch_size=N]
+                           [--repeats=3]
 
 Fills a `standard` replay and each preset's storage replay (capacity `--rollouts`)
 with the same real rollouts of `--env` (random policy, 8 envs, T=20), then times
@@ -12,9 +13,13 @@ learner updates (sample + the training step of the env's defaults,
                      stand-in for the queue-only run (whose batch is a gather of slots)
     <preset>         half the batch from the standard replay (the queue's half), half
                      from the preset's replay, as `--replays=<preset>` mixes them
+Each preset's update also stores the queue's share of fresh rollouts in its replay,
+as a run at replay ratio 2 does (elite insertion ranks residents there), in the
+learner's thread whether or not batches are cached.
 For each: updates_per_s (batches prepared inline), updates_per_s_cached (prepared
 ahead in a thread, `--caching`), batch_prep_ms, and over_uniform /
-cached_over_uniform, both against the uncached uniform rate (goal: cached >= 0.85).
+cached_over_uniform, both against the uncached uniform rate of the same round
+(goal: cached >= 0.85). Every figure is the median over `--repeats` rounds.
 """
 
 from __future__ import annotations
@@ -68,12 +73,16 @@ def fill(replays, pool, model, env_id: str, options, rollouts: int) -> None:
     env.close()
 
 
-def updates_per_s(mixer, agent, updates: int, cached: bool) -> tuple[float, float]:
-    """(updates per second, mean batch preparation (or wait) ms)."""
+def updates_per_s(mixer, agent, updates: int, cached: bool, fresh: int = 0
+                  ) -> tuple[float, float]:
+    """(updates per second, mean batch preparation (or wait) ms). Each update first
+    stores `fresh` rollouts (the filled slots, in turn) in the mixer's last replay."""
     prefetcher = Prefetcher(mixer, 2) if cached else None
     prep = []
     t0 = time.perf_counter()
-    for _ in range(updates):
+    for u in range(updates):
+        for k in range(fresh):
+            mixer.replays[-1].add((u * fresh + k) % ENVS)
         t = time.perf_counter()
         batch = prefetcher.get(timeout=60) if cached else mixer.sample()
         prep.append(time.perf_counter() - t)
@@ -97,6 +106,8 @@ def main() -> None:
     ap.add_argument("--rollouts", type=int, default=400)
     ap.add_argument("--updates", type=int, default=30)
     ap.add_argument("--batch_size", type=int, help="default: the env's auto value")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="rounds through every setup; figures are medians over rounds")
     args = ap.parse_args()
     presets = args.presets.split(",")
     if not set(presets) <= set(PRESETS) - {"queue"}:
@@ -130,19 +141,31 @@ def main() -> None:
     setups = {"uniform": ([uniform], [1.0]),
               **{p: ([uniform, r], [0.5, 0.5]) for p, r in zip(presets, replays[1:],
                                                                  strict=True)}}
+    mixers = {}
     for name, (mix, ratios) in setups.items():
-        mixer = BatchMixer(pool, mix, ratios, cfg.batch_size)
-        updates_per_s(mixer, agent, 3, cached=False)  # warm-up
-        rate, prep = updates_per_s(mixer, agent, args.updates, cached=False)
-        cached, wait = updates_per_s(mixer, agent, args.updates, cached=True)
-        result[name] = {"updates_per_s": round(rate, 2), "batch_prep_ms": round(prep, 1),
-                        "updates_per_s_cached": round(cached, 2),
-                        "batch_wait_ms_cached": round(wait, 1)}
-    base = result["uniform"]["updates_per_s"]
-    for name in setups:
-        result[name].update(over_uniform=round(result[name]["updates_per_s"] / base, 3),
-                            cached_over_uniform=round(
-                                result[name]["updates_per_s_cached"] / base, 3))
+        mixers[name] = BatchMixer(pool, mix, ratios, cfg.batch_size)
+        fresh = mixers[name].shares[0] if len(mix) > 1 else 0
+        updates_per_s(mixers[name], agent, 3, cached=False, fresh=fresh)  # warm-up
+    # rounds through every setup: a rate is compared with uniform's of the same round,
+    # so the drift of a shared machine cancels out of the ratios (their medians)
+    rounds = {name: [] for name in setups}
+    for _ in range(args.repeats):
+        for name, mixer in mixers.items():
+            fresh = mixer.shares[0] if len(mixer.replays) > 1 else 0
+            rounds[name].append(
+                updates_per_s(mixer, agent, args.updates, cached=False, fresh=fresh)
+                + updates_per_s(mixer, agent, args.updates, cached=True, fresh=fresh))
+    med = statistics.median
+    base = rounds["uniform"]
+    for name, runs in rounds.items():
+        pairs = list(zip(runs, base, strict=True))
+        result[name] = {
+            "updates_per_s": round(med(r[0] for r in runs), 2),
+            "batch_prep_ms": round(med(r[1] for r in runs), 1),
+            "updates_per_s_cached": round(med(r[2] for r in runs), 2),
+            "batch_wait_ms_cached": round(med(r[3] for r in runs), 1),
+            "over_uniform": round(med(r[0] / b[0] for r, b in pairs), 3),
+            "cached_over_uniform": round(med(r[2] / b[0] for r, b in pairs), 3)}
     print(json.dumps(result, indent=2))
 
 

@@ -133,9 +133,17 @@ class BatchMixer:
 
 class Prefetcher:
     """Prepares batches in a background thread (`--caching`): up to `size` wait,
-    pinned when the learner is on a GPU so the copy to it can be non-blocking."""
+    pinned when the learner is on a GPU so the copy to it can be non-blocking.
+
+    The thread runs its torch ops on one intra-op thread. With the learner's own
+    `torch.get_num_threads()` OpenMP team beside it, a second team of that size
+    would put twice as many busy threads as cores on a small machine: on 2 cores
+    every batch, uniform ones included, then came slower than without caching.
+    (torch keeps the count per thread once a thread has used it, and the learner's
+    thread has: it is read here before the thread starts.)"""
 
     def __init__(self, mixer: BatchMixer, size: int, pin_memory: bool = False):
+        torch.get_num_threads()  # fixes the calling thread's count before ours sets 1
         self.mixer = mixer
         self.batches: queue.Queue = queue.Queue(maxsize=size)
         self.pin_memory = pin_memory
@@ -145,6 +153,7 @@ class Prefetcher:
         self._thread.start()
 
     def _loop(self) -> None:
+        torch.set_num_threads(1)
         try:
             while not self._stop.is_set():
                 if not self.mixer.ready():

@@ -368,9 +368,9 @@ class RolloutStorage:
                     out[name] = frames.view(self._pool.dtype).view(
                         n_rows, n, self.pixel_stack, *self.frame_shape)
                 else:
-                    buf = self._buffers[name] if rows_np is None else \
-                        self._buffers[name][torch.from_numpy(rows_np)]
-                    out[name] = buf.index_select(1, positions)
+                    buf = self._buffers[name]
+                    out[name] = buf.index_select(1, positions) if rows_np is None else \
+                        buf[torch.from_numpy(rows_np)[:, None], positions]  # one gather
         return out
 
     def __len__(self) -> int:

@@ -154,6 +154,17 @@ def test_get_returns_what_was_put_after_any_overwrites(
             assert torch.equal(got["obs"][:, 0], reference[probe]["obs"])
     assert len(s) == len(reference)
     assert_matches(s, reference)
+    if reference:
+        assert_rows_match(s, list(reference)[::-1], [t, 0])
+
+
+def assert_rows_match(s: RolloutStorage, positions: list[int], rows: list[int]) -> None:
+    """get(rows=, fields=) (what elite distances read) is get() cut to those rows."""
+    whole = s.get(torch.tensor(positions))
+    part = s.get(torch.tensor(positions), rows=torch.tensor(rows), fields=("obs", "logits"))
+    assert set(part) == {"obs", "logits"}
+    for name, value in part.items():
+        assert torch.equal(value, whole[name][rows])
 
 
 def test_consecutive_rollouts_share_frames_and_fifo_never_runs_out():
@@ -281,6 +292,7 @@ def test_vector_obs_round_trip_and_overwrite():
     got["obs"].add_(1.0)
     got["action"].add_(1)
     assert_matches(s, reference)  # get returns copies
+    assert_rows_match(s, sorted(reference), [3, 0, 2])
     per_row = d * 4 + 8 + NUM_ACTIONS * 4 + 4 + 4 + 1 + 1 + 4 + 8
     assert s.nbytes() == capacity * ((t + 1) * per_row + 1)
 

@@ -179,6 +179,35 @@ def test_elite_insertion_overwrites_the_most_off_policy():
     assert got == [0.0, 2.0, 3.0, 4.0]  # rollout 1 (distance 9) made room
 
 
+def test_elite_insertion_ranks_once_for_a_quarter_of_its_candidates():
+    # capacity = elite_batch_size = 8: every resident is a candidate; one ranking
+    # serves 8 // 4 = 2 inserts, evicting the two most off-policy in turn
+    table = {0.0: 1.0, 1.0: 9.0, 2.0: 2.0, 3.0: 0.5, 4.0: 7.0, 5.0: 3.0, 6.0: 0.1, 7.0: 0.2}
+    calls = []
+
+    def fn(obs, state=None):
+        calls.append(obs.shape)
+        return logits_features(table)(obs, state)
+
+    text = ('{"type": "custom", "capacity": 8, "sample_ratio": 1, "insert_strategy": '
+            '"elite_insertion", "elite_batch_size": 8}')
+    pool, replay = make(text, 8, fn)
+    for k in range(8):
+        add(pool, replay, float(k))
+    assert calls == []  # not full yet: FIFO, no ranking
+    add(pool, replay, 8.0)
+    add(pool, replay, 9.0)
+    assert len(calls) == 1
+    got = sorted(idents(replay.storage.get(replay.storage.resident_positions())))
+    assert got == [0.0, 2.0, 3.0, 5.0, 6.0, 7.0, 8.0, 9.0]  # 1 (9.0) then 4 (7.0) went
+    add(pool, replay, 10.0)  # the ranking is used up: a new one
+    assert len(calls) == 2
+    state = replay.state_dict()
+    replay.victims = [0]
+    replay.load_state_dict(state)
+    assert replay.victims == []  # a restored replay ranks afresh
+
+
 def test_attentive_prefers_rollouts_like_the_newest_states():
     def fn(obs, state=None):  # features: (ident, 1): cosine similarity favours similar idents
         ident = obs[..., 0]
