@@ -34,3 +34,22 @@ def test_conv_nets_start_near_uniform_policy():
         obs = torch.randint(0, 256 if shape[1] == 84 else 2, (16, *shape), dtype=torch.uint8)
         probs = torch.softmax(step_model(net, obs)[0], -1)
         assert (probs - 1 / n).abs().max() < 0.02, shape
+
+
+def test_nature_cnn_channels_last_is_the_same_function():
+    """The torso reads its input channels-last (faster on the CPU): outputs and
+    gradients match the plain NCHW convolutions it replaces."""
+    torch.manual_seed(0)
+    net = build_model((4, 84, 84), 6, 64)
+    obs = torch.randint(0, 256, (1, 8, 4, 84, 84), dtype=torch.uint8)
+    done = torch.zeros(1, 8, dtype=torch.bool)
+    logits, value, _, _ = net.forward_with_hidden(obs, (), done)
+    x = obs[0].float() / 255.0
+    ref = net.fc(net.torso(x))  # NCHW all the way
+    assert torch.allclose(net.policy(ref), logits[0], atol=1e-5)
+    assert torch.allclose(net.baseline(ref).squeeze(-1), value[0], atol=1e-5)
+    (logits.sum() + value.sum()).backward()
+    got = net.torso[0].weight.grad.clone()
+    net.zero_grad()
+    (net.policy(ref).sum() + net.baseline(ref).sum()).backward()
+    assert torch.allclose(net.torso[0].weight.grad, got, rtol=1e-4, atol=1e-5)
