@@ -141,20 +141,20 @@ def main() -> None:
     setups = {"uniform": ([uniform], [1.0]),
               **{p: ([uniform, r], [0.5, 0.5]) for p, r in zip(presets, replays[1:],
                                                                  strict=True)}}
-    mixers = {}
-    for name, (mix, ratios) in setups.items():
-        mixers[name] = BatchMixer(pool, mix, ratios, cfg.batch_size)
-        fresh = mixers[name].shares[0] if len(mix) > 1 else 0
-        updates_per_s(mixers[name], agent, 3, cached=False, fresh=fresh)  # warm-up
+    mixers = {name: BatchMixer(pool, mix, ratios, cfg.batch_size)
+              for name, (mix, ratios) in setups.items()}
+    # fresh rollouts stored per update: the queue's share, for a mix with a replay
+    fresh = {name: m.shares[0] if len(m.replays) > 1 else 0 for name, m in mixers.items()}
+    for name, mixer in mixers.items():
+        updates_per_s(mixer, agent, 3, cached=False, fresh=fresh[name])  # warm-up
     # rounds through every setup: a rate is compared with uniform's of the same round,
     # so the drift of a shared machine cancels out of the ratios (their medians)
     rounds = {name: [] for name in setups}
     for _ in range(args.repeats):
         for name, mixer in mixers.items():
-            fresh = mixer.shares[0] if len(mixer.replays) > 1 else 0
             rounds[name].append(
-                updates_per_s(mixer, agent, args.updates, cached=False, fresh=fresh)
-                + updates_per_s(mixer, agent, args.updates, cached=True, fresh=fresh))
+                updates_per_s(mixer, agent, args.updates, cached=False, fresh=fresh[name])
+                + updates_per_s(mixer, agent, args.updates, cached=True, fresh=fresh[name]))
     med = statistics.median
     base = rounds["uniform"]
     for name, runs in rounds.items():
