@@ -162,14 +162,20 @@ flags.DEFINE_float("kl_div_threshold", 0.0,
 
 # --- PPO and Truly PPO (--agent=ppo / truly_ppo) ----------------------------------
 flags.DEFINE_integer("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous.")
-flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass (whole rollouts each); "
-                     "at most --batch_size; auto: 4, 32 continuous.")
+flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass; at most --batch_size "
+                     "with --ppo_shuffle=rollouts; auto: 4, 32 continuous, 16 Box2D discrete.")
+flags.DEFINE_enum("ppo_shuffle", None, ["rollouts", "steps"],
+                  "What a minibatch is made of: whole rollouts (Sample Factory's way; needed "
+                  "by --use_lstm) or steps drawn from every rollout (CleanRL's and SB3's way, "
+                  "feed-forward only); auto: steps for Box2D discrete (LunarLander-v3), else "
+                  "rollouts.")
 flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
                    "0.2 vector (CleanRL's Atari and CartPole values).")
 flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "
                    "loss; 0: off; auto: 0.1 for truly_ppo with clipped rewards (the paper's "
                    "Atari value), else 0 (on CartPole's unclipped returns 0.1 slowed truly_ppo).")
-flags.DEFINE_float("gae_lambda", 0.95, "GAE(lambda) of the ppo advantages.")
+flags.DEFINE_float("gae_lambda", None, "GAE(lambda) of the ppo advantages; auto: 0.95, 0.98 "
+                   "for ppo agents on Box2D discrete.")
 flags.DEFINE_enum("ppo_advantage", "auto", ["auto", "gae", "vtrace"],
                   "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, "
                   "vtrace when replays other than the queue (off-policy data) are mixed in; "
@@ -184,7 +190,8 @@ flags.DEFINE_integer("impact_target_update", 1, "impact: refresh the target netw
                      "start of each batch, as PPO's old policy.")
 
 # --- V-trace and losses ----------------------------------------------------------
-flags.DEFINE_float("gamma", 0.99, "Discount.")
+flags.DEFINE_float("gamma", None, "Discount; auto: 0.99, 0.999 for ppo agents on Box2D "
+                   "discrete (SB3 zoo's LunarLander value).")
 flags.DEFINE_float("rho_const", 1.0, "rho_bar: clip of importance weights in the V-trace targets.")
 flags.DEFINE_float("pg_rho_const", 1.0, "Clip of importance weights in the policy gradient.")
 flags.DEFINE_float("c_const", 1.0, "c_bar: clip of the trace coefficients.")

@@ -15,7 +15,9 @@ learner takes `epochs` x `minibatches` steps on each batch `[T+1, B, ...]`.
        A_t = rho_t (r_t + d_t v_{t+1} - V(x_t)), target v_t; for off-policy data
        (replays other than the queue).
 3. Each epoch shuffles the B rollouts into `minibatches` groups (whole rollouts,
-   so rows stay in time order) and takes one optimizer step per group on
+   so rows stay in time order; `shuffle="rollouts"`, Sample Factory's way), or
+   the T x B steps (`shuffle="steps"`, CleanRL's and SB3's way, feed-forward
+   models only), and takes one optimizer step per group on
        L = -mean(objective) + value_loss_weight x 0.5 mean((V - R)^2)
            - entropy_loss_weight x mean(entropy),
    advantages normalised per minibatch (mean 0, std 1). The probability ratio
@@ -60,6 +62,7 @@ class PPOConfig:
     value_clip: float = 0.0  # 0: no value clipping
     epochs: int = 4
     minibatches: int = 4
+    shuffle: str = "rollouts"  # or "steps": minibatches of steps from every rollout
     value_loss_weight: float = 0.5
     entropy_loss_weight: float = 0.01
     clip_rewards: bool = True
@@ -83,6 +86,18 @@ def gae(rewards: torch.Tensor, discounts: torch.Tensor, values: torch.Tensor,
         acc = deltas[t] + discounts[t] * lam * acc
         adv[t] = acc
     return adv
+
+
+def as_steps(batch: dict[str, torch.Tensor], *per_step: torch.Tensor
+             ) -> tuple[dict[str, torch.Tensor], ...]:
+    """Rollouts `batch` [T+1, B, ...] and tensors [T, B] as T x B rollouts of one
+    step: `batch` [2, T*B, ...] (row 1, which the losses do not read, repeats row 0)
+    and each tensor [1, T*B], step (t, b) at column t*B + b. For a feed-forward
+    model, whose output at a step depends on that step's observation alone."""
+    t = per_step[0].shape[0]
+    steps = {k: v[:t].reshape(1, -1, *v.shape[2:]).expand(2, -1, *v.shape[2:])
+             for k, v in batch.items() if k != "replayed"}
+    return (steps, *(x.reshape(1, -1) for x in per_step))
 
 
 def policy_objective(log_ratio: torch.Tensor, adv: torch.Tensor, kl: torch.Tensor,
@@ -179,6 +194,8 @@ class PPOAgent(Agent):
         """`epochs` passes of `minibatches` optimizer steps over the B rollouts of
         `batch`, whose "logits" are the ratio's denominator; the mean statistics."""
         cfg = self.cfg
+        if cfg.shuffle == "steps":
+            batch, adv, returns, old_values = as_steps(batch, adv, returns, old_values)
         b = adv.shape[1]
         n = min(cfg.minibatches, b)
         totals: dict[str, float] = {}

@@ -123,6 +123,34 @@ def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
         assert (other.ppo_epochs, other.ppo_minibatches) == (4, 4)
 
 
+def test_box2d_discrete_gets_sb3_zoos_ppo_values_and_minibatches_of_steps():
+    lander, errors = parse("--env=LunarLander-v3")
+    assert not errors
+    assert (lander.env_kind, lander.agent, lander.gamma, lander.gae_lambda, lander.lr,
+            lander.r_f_steps, lander.batch_size, lander.ppo_epochs, lander.ppo_minibatches,
+            lander.ppo_shuffle, lander.entropy_loss_weight, lander.normalize_returns) == \
+        ("box2d_discrete", "ppo", 0.999, 0.98, 3e-4, 64, 16, 4, 16, "steps", 0.01, False)
+    # impala there keeps the vector family's values
+    impala, _ = parse("--env=LunarLander-v3", "--agent=impala")
+    assert (impala.gamma, impala.lr, impala.r_f_steps) == (0.99, 2e-3, 20)
+    # the other families keep theirs: gamma 0.99, lambda 0.95, whole rollouts
+    for env in ("CartPole-v1", "PongNoFrameskip-v4", "MinAtar/Breakout-v1", "Pendulum-v1",
+                "LunarLanderContinuous-v3"):
+        cfg, _ = parse(f"--env={env}", "--agent=ppo")
+        assert (cfg.gamma, cfg.gae_lambda, cfg.ppo_shuffle) == (0.99, 0.95, "rollouts"), env
+    # steps: more minibatches than rollouts; an LSTM makes the auto value whole rollouts
+    cfg, errors = parse("--env=CartPole-v1", "--agent=ppo", "--ppo_shuffle=steps",
+                        "--ppo_minibatches=64")
+    assert not errors and cfg.ppo_minibatches == 64
+    cfg, errors = parse("--env=LunarLander-v3", "--use_lstm=true")
+    assert not errors and cfg.ppo_shuffle == "rollouts"
+    _, errors = parse("--env=LunarLander-v3", "--use_lstm=true", "--ppo_shuffle=steps")
+    assert any(e.startswith("--ppo_shuffle:") and "--use_lstm" in e for e in errors)
+    _, errors = parse("--env=CartPole-v1", "--agent=ppo", "--ppo_shuffle=steps",
+                      "--batch_size=2", "--r_f_steps=4", "--ppo_minibatches=9")
+    assert any(e.startswith("--ppo_minibatches:") and "steps" in e for e in errors)
+
+
 def test_explicit_flag_wins_over_auto():
     cfg, _ = parse("--env=CartPole-v1", "--optimizer=rmsprop", "--lr=0.5", "--clip_rewards=1")
     assert (cfg.optimizer, cfg.lr, cfg.clip_rewards) == ("rmsprop", 0.5, True)
@@ -164,3 +192,8 @@ def test_a_checkpoint_from_before_the_auto_agent_resumes_as_it_was_trained():
     assert not errors
     assert (cfg.agent, cfg.normalize_input, cfg.normalize_returns, cfg.r_f_steps) == \
         ("impala", False, False, 20)
+    # a LunarLander ppo run saved before --ppo_shuffle existed minibatched rollouts
+    saved = {"env": "LunarLander-v3", "agent": "ppo", "gamma": 0.99, "gae_lambda": 0.95}
+    cfg, errors = make_config(merge_saved(values, explicit, saved))
+    assert not errors
+    assert (cfg.ppo_shuffle, cfg.gamma, cfg.gae_lambda) == ("rollouts", 0.99, 0.95)

@@ -236,3 +236,60 @@ def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():
     assert not torch.equal(model.logits, before)
     assert {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm",
             "lr", "step_over_lr", "explained_variance"} <= set(stats)
+
+
+def _table_batch(rng, t_len, b, a):
+    """A batch [T+1, B] whose obs name their step: obs of (t, b) = t*B + b."""
+    n = (t_len + 1) * b
+    return {"obs": torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1),
+            "logits": torch.tensor(rng.normal(size=(t_len + 1, b, a))),
+            "action": torch.tensor(rng.integers(0, a, size=(t_len + 1, b))),
+            "reward": torch.tensor(rng.normal(size=(t_len + 1, b))),
+            "done": torch.tensor(rng.random(size=(t_len + 1, b)) < 0.2),
+            "truncated": torch.zeros(t_len + 1, b, dtype=torch.bool),
+            "bootstrap_value": torch.zeros(t_len + 1, b, dtype=torch.float64)}
+
+
+def test_minibatches_of_steps_cover_every_step_once_per_epoch_across_rollouts():
+    rng = np.random.default_rng(3)
+    t_len, b, a = 4, 6, 2
+    model = TableModel(rng.normal(size=((t_len + 1) * b, a)), rng.normal(size=(t_len + 1) * b))
+    agent = PPOAgent(model, PPOConfig(epochs=2, minibatches=4, shuffle="steps",
+                                      clip_rewards=False),
+                     OptimConfig(optimizer="adam", lr=1e-3), torch.device("cpu"))
+    seen = []
+    original = agent.minibatch_loss
+
+    def spy(part, adv, returns, old_values):
+        assert part["obs"].shape[:2] == (2, 6) and adv.shape == (1, 6)
+        seen.append(part["obs"][0, :, 0].long().tolist())
+        return original(part, adv, returns, old_values)
+
+    agent.minibatch_loss = spy
+    agent.update(_table_batch(rng, t_len, b, a), progress=0.0)
+    assert len(seen) == 2 * 4
+    for epoch in range(2):  # the T x B steps (obs 0..23; never row T's), each once
+        assert sorted(sum(seen[4 * epoch:4 * epoch + 4], [])) == list(range(t_len * b))
+    # a minibatch draws from several rollouts (columns) and times (rows)
+    assert all(len({i % b for i in part}) > 1 and len({i // b for i in part}) > 1
+               for part in seen)
+
+
+def test_one_minibatch_of_all_steps_is_the_update_of_all_rollouts():
+    """The same steps, advantages and targets in another order: the same update."""
+    rng = np.random.default_rng(4)
+    t_len, b, a = 5, 3, 3
+    batch = _table_batch(rng, t_len, b, a)
+    logits, values = rng.normal(size=((t_len + 1) * b, a)), rng.normal(size=(t_len + 1) * b)
+    after = []
+    for shuffle in ("rollouts", "steps"):
+        model = TableModel(logits, values)
+        agent = PPOAgent(model, PPOConfig(epochs=1, minibatches=1, shuffle=shuffle,
+                                          clip_rewards=False, entropy_loss_weight=0.01),
+                         OptimConfig(optimizer="adam", lr=1e-2), torch.device("cpu"))
+        stats = agent.update(dict(batch), progress=0.0)
+        after.append((model.logits.detach().clone(), model.values.detach().clone(), stats))
+    torch.testing.assert_close(after[0][0], after[1][0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(after[0][1], after[1][1], rtol=0, atol=1e-12)
+    for key in ("policy_loss", "value_loss", "entropy", "kl"):
+        assert after[0][2][key] == pytest.approx(after[1][2][key], rel=1e-12)

@@ -93,6 +93,7 @@ class Config:
     normalize_returns: bool
     ppo_epochs: int
     ppo_minibatches: int
+    ppo_shuffle: str  # "rollouts" or "steps"
     ppo_clip: float
     ppo_value_clip: float
     gae_lambda: float
@@ -157,7 +158,7 @@ def resolve_device(name: str) -> torch.device:
 
 # flags that only one family of --agent reads: giving one to another agent is an error
 PPO_ONLY = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
-            "ppo_advantage")
+            "ppo_advantage", "ppo_shuffle")
 TRULY_PPO_ONLY = ("truly_ppo_delta", "truly_ppo_alpha")
 IMPALA_ONLY = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
                "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
@@ -222,8 +223,11 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     auto = {name for name in family_values if v.get(name) is None}
     for name in auto:
         v[name] = family_values[name]
+    if "ppo_shuffle" in auto and v.get("use_lstm"):  # an LSTM unrolls over whole rollouts
+        v["ppo_shuffle"] = "rollouts"
     if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given
-        v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"])
+        per_rollout = (v["r_f_steps"] or 1) if v["ppo_shuffle"] == "steps" else 1
+        v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"] * per_rollout)
     if v.get("adam_eps") is None:
         v["adam_eps"] = 1e-5 if ppo else 1e-8
     if v.get("ppo_value_clip") is None:  # the paper's 0.1 is for Atari's clipped rewards
@@ -278,9 +282,17 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     for name in ("gamma", "gae_lambda"):
         if not 0 <= v[name] <= 1:
             errors.append(f"--{name}: must be in [0, 1], got {v[name]}")
-    if ppo and 0 < v["batch_size"] < v["ppo_minibatches"]:
+    steps = v["ppo_shuffle"] == "steps"
+    if ppo and not steps and 0 < v["batch_size"] < v["ppo_minibatches"]:
         errors.append(f"--ppo_minibatches: {v['ppo_minibatches']} minibatches of whole rollouts "
                       f"need --batch_size >= {v['ppo_minibatches']}, got {v['batch_size']}")
+    if ppo and steps and 0 < v["batch_size"] * v["r_f_steps"] < v["ppo_minibatches"]:
+        errors.append(f"--ppo_minibatches: {v['ppo_minibatches']} minibatches of steps need "
+                      f"--batch_size x --r_f_steps >= {v['ppo_minibatches']}, got "
+                      f"{v['batch_size'] * v['r_f_steps']}")
+    if ppo and steps and v.get("use_lstm"):
+        errors.append("--ppo_shuffle: minibatches of steps break the rollouts an LSTM "
+                      "unrolls over; pass --ppo_shuffle=rollouts or leave out --use_lstm")
     for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):
         if v[name] <= 0:
             errors.append(f"--{name}: must be > 0, got {v[name]}")
@@ -333,7 +345,7 @@ PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_polic
 # What runs saved before a flag existed had: a checkpoint that lacks the key resumes
 # with this, not with today's auto default (an old Atari run was impala, unnormalised).
 SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False,
-                "use_lstm": False}
+                "use_lstm": False, "ppo_shuffle": "rollouts"}
 
 
 def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:

@@ -47,7 +47,8 @@ def ppo_config(cfg: Config) -> PPOConfig:
     return PPOConfig(
         gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, advantage=cfg.ppo_advantage,
         clip=cfg.ppo_clip, value_clip=cfg.ppo_value_clip, epochs=cfg.ppo_epochs,
-        minibatches=cfg.ppo_minibatches, value_loss_weight=cfg.value_loss_weight,
+        minibatches=cfg.ppo_minibatches, shuffle=cfg.ppo_shuffle,
+        value_loss_weight=cfg.value_loss_weight,
         entropy_loss_weight=cfg.entropy_loss_weight, clip_rewards=cfg.clip_rewards,
         reward_clipping_method=cfg.reward_clipping_method, rho_const=cfg.rho_const,
         c_const=cfg.c_const, truly=cfg.agent == "truly_ppo", kl_delta=cfg.truly_ppo_delta,
