@@ -205,6 +205,18 @@ def test_minibatch_loss_with_gaussian_actions_matches_numpy(truly):
     assert stats_["entropy"] == pytest.approx(entropy, rel=1e-10)
 
 
+def _table_batch(rng, t_len, b, a):
+    """A batch [T+1, B] whose obs name their step: obs of (t, b) = t*B + b."""
+    n = (t_len + 1) * b
+    return {"obs": torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1),
+            "logits": torch.tensor(rng.normal(size=(t_len + 1, b, a))),
+            "action": torch.tensor(rng.integers(0, a, size=(t_len + 1, b))),
+            "reward": torch.tensor(rng.normal(size=(t_len + 1, b))),
+            "done": torch.tensor(rng.random(size=(t_len + 1, b)) < 0.2),
+            "truncated": torch.zeros(t_len + 1, b, dtype=torch.bool),
+            "bootstrap_value": torch.zeros(t_len + 1, b, dtype=torch.float64)}
+
+
 def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():
     rng = np.random.default_rng(2)
     t_len, b, a = 4, 6, 2
@@ -220,15 +232,8 @@ def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():
         return original(part, *args)
 
     agent.minibatch_loss = spy
-    obs = torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1)
-    batch = {"obs": obs, "logits": torch.tensor(rng.normal(size=(t_len + 1, b, a))),
-             "action": torch.tensor(rng.integers(0, a, size=(t_len + 1, b))),
-             "reward": torch.ones(t_len + 1, b, dtype=torch.float64),
-             "done": torch.zeros(t_len + 1, b, dtype=torch.bool),
-             "truncated": torch.zeros(t_len + 1, b, dtype=torch.bool),
-             "bootstrap_value": torch.zeros(t_len + 1, b, dtype=torch.float64)}
     before = model.logits.detach().clone()
-    stats = agent.update(batch, progress=0.0)
+    stats = agent.update(_table_batch(rng, t_len, b, a), progress=0.0)
     assert len(seen) == 3 * 2
     for epoch in range(3):  # each epoch covers every rollout once, 3 per minibatch
         cols = seen[2 * epoch] + seen[2 * epoch + 1]
@@ -236,18 +241,6 @@ def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():
     assert not torch.equal(model.logits, before)
     assert {"policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "grad_norm",
             "lr", "step_over_lr", "explained_variance"} <= set(stats)
-
-
-def _table_batch(rng, t_len, b, a):
-    """A batch [T+1, B] whose obs name their step: obs of (t, b) = t*B + b."""
-    n = (t_len + 1) * b
-    return {"obs": torch.arange(n, dtype=torch.float64).reshape(t_len + 1, b, 1),
-            "logits": torch.tensor(rng.normal(size=(t_len + 1, b, a))),
-            "action": torch.tensor(rng.integers(0, a, size=(t_len + 1, b))),
-            "reward": torch.tensor(rng.normal(size=(t_len + 1, b))),
-            "done": torch.tensor(rng.random(size=(t_len + 1, b)) < 0.2),
-            "truncated": torch.zeros(t_len + 1, b, dtype=torch.bool),
-            "bootstrap_value": torch.zeros(t_len + 1, b, dtype=torch.float64)}
 
 
 def test_minibatches_of_steps_cover_every_step_once_per_epoch_across_rollouts():
