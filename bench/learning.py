@@ -197,14 +197,27 @@ def plot(seeds: list[dict], thresholds, window: int, title: str, path: str) -> s
 
 def run_seed(env: str, seed: int, env_steps: int, results_dir: str, extra: list[str],
              log) -> tuple[int, str | None]:
-    """One main.py run; (exit status, its run directory)."""
+    """One main.py run; (exit status, its run directory).
+
+    The run directory is the new one under `results_dir` that the run's own output
+    names ("run directory <path>: ..."), so another run writing into the same
+    `results_dir` meanwhile (a second bench) cannot be taken for it."""
     before = set(os.listdir(results_dir)) if os.path.isdir(results_dir) else set()
     cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--env={env}", f"--seed={seed}",
            f"--environment_max_steps={env_steps}", f"--results_dir={results_dir}", *extra]
     print("running:", " ".join(cmd), file=log, flush=True)
-    proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-    new = sorted(set(os.listdir(results_dir)) - before) if os.path.isdir(results_dir) else []
-    return proc.returncode, os.path.join(results_dir, new[0]) if len(new) == 1 else None
+    named = set()
+    with subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, bufsize=1) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            if "run directory " in line:
+                named.add(line.split("run directory ", 1)[1].split(": ", 1)[0].strip())
+        log.flush()
+    new = set(os.listdir(results_dir)) - before if os.path.isdir(results_dir) else set()
+    ours = [os.path.join(results_dir, d) for d in sorted(new)
+            if os.path.join(results_dir, d) in named]
+    return proc.returncode, ours[0] if len(ours) == 1 else None
 
 
 def frames_per_step(env: str, extra: list[str]) -> int:

@@ -1,9 +1,12 @@
 """bench/learning.py's figures from run directories written by hand: thresholds on
 the running mean, the final mean over its own window, and the seed counts."""
 
+import io
 import json
+import textwrap
 
-from bench.learning import aggregate, seed_result
+import bench.learning
+from bench.learning import aggregate, run_seed, seed_result
 
 
 def write_run(path, returns, steps_per_episode=100):
@@ -37,3 +40,24 @@ def test_thresholds_use_the_window_and_the_final_mean_its_own(tmp_path):
     out = aggregate([{"seed": 0, **a}, {"seed": 1, **b}], (475.0,))
     assert out["reached"]["475.0"]["seeds_reached"] == 2
     assert out["final_at_least"] == {"475.0": 1}
+
+
+def test_run_seed_takes_the_run_directory_its_run_names(tmp_path, monkeypatch):
+    # a stand-in main.py that, like a second bench writing into the same results
+    # directory, makes a neighbour's run directory beside its own
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+        import os, sys
+        results = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--results_dir=")][0]
+        os.makedirs(os.path.join(results, "Other-v0_1"))
+        ours = os.path.join(results, "Task-v0_2")
+        os.makedirs(ours)
+        print("12:00:00 run directory " + ours + ": Task-v0, 2 actors x 8 envs")
+    """))
+    monkeypatch.setattr(bench.learning, "ROOT", str(tmp_path))
+    results = tmp_path / "results"
+    results.mkdir()
+    log = io.StringIO()
+    status, run_dir = run_seed("Task-v0", 0, 100, str(results), [], log)
+    assert status == 0
+    assert run_dir == str(results / "Task-v0_2")
+    assert "run directory" in log.getvalue()
