@@ -211,9 +211,9 @@ def run_seed(env: str, seed: int, env_steps: int, results_dir: str, extra: list[
                           text=True, bufsize=1) as proc:
         for line in proc.stdout:
             log.write(line)
+            log.flush()  # the log is followed while the run goes on
             if "run directory " in line:
                 named.add(line.split("run directory ", 1)[1].split(": ", 1)[0].strip())
-        log.flush()
     new = set(os.listdir(results_dir)) - before if os.path.isdir(results_dir) else set()
     ours = [os.path.join(results_dir, d) for d in sorted(new)
             if os.path.join(results_dir, d) in named]
