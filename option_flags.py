@@ -201,9 +201,10 @@ flags.DEFINE_float("entropy_loss_weight", None, "Weight of the entropy bonus; au
                    "for ppo and truly_ppo on vector observations (README: Runs that stay "
                    "solved).")
 _define_bool("clip_rewards", None, "Clip rewards for learning; auto: on for Atari, off else.")
-_define_bool("normalize_advantages", False,
-             "Scale each batch's policy-gradient advantages to mean 0, std 1. "
-             "With RMSProp at the pixel defaults it collapsed Pong's policy in 25 updates.")
+_define_bool("normalize_advantages", None,
+             "impala: divide each batch's policy-gradient advantages by their std "
+             "(their mean is kept: README, Runs that stay solved); auto: on for the vector "
+             "family (CartPole, classic control, popgym...), else off.")
 _define_bool("normalize_input", None,
              "Normalise observations by running per-element mean and std, clipped to +-5 "
              "(Sample Factory's normalize_input); the statistics are published to the actors "
@@ -211,8 +212,8 @@ _define_bool("normalize_input", None,
 _define_bool("normalize_returns", None,
              "Train the value head on returns normalised by their running mean and std "
              "(Sample Factory's normalize_returns); the model still outputs values in return "
-             "units; auto: on for Atari, and for ppo agents on vector observations. Fixed for a "
-             "run.")
+             "units; auto: on for Atari, continuous actions and the vector family (CartPole, "
+             "classic control, popgym...), off for MinAtar and Box2D discrete. Fixed for a run.")
 flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
                   ["abs_one_sign", "abs_one_clamp", "soft_asymmetric"], "How rewards are clipped.")
 

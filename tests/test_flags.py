@@ -63,17 +63,20 @@ def test_atari_defaults_are_sample_factorys_ppo_with_a_constant_learning_rate():
         assert (cfg.r_f_steps, cfg.normalize_input, cfg.lr_end_value) == (20, False, 0)
 
 
-def test_ppo_agents_on_vectors_normalise_returns_without_an_entropy_bonus():
+def test_vectors_normalise_returns_and_ppo_agents_have_no_entropy_bonus():
     # CartPole fell back after solving without that (README: Runs that stay solved)
-    for agent, normalized, entropy in (("impala", False, 0.01), ("ppo", True, 0.0),
-                                       ("truly_ppo", True, 0.0)):
+    for agent, entropy in (("impala", 0.01), ("ppo", 0.0), ("truly_ppo", 0.0)):
         cfg, errors = parse("--env=CartPole-v1", f"--agent={agent}")
         assert not errors
         assert (cfg.normalize_returns, cfg.normalize_input, cfg.entropy_loss_weight) == \
-            (normalized, False, entropy)
+            (True, False, entropy)
+    assert parse("--env=CartPole-v1")[0].normalize_advantages  # impala's, scaled
     for agent in ("impala", "ppo"):  # MinAtar keeps its settings
         cfg, _ = parse("--env=MinAtar/Breakout-v1", f"--agent={agent}")
         assert (cfg.normalize_returns, cfg.entropy_loss_weight) == (False, 0.01)
+    for env in ("MinAtar/Breakout-v1", "PongNoFrameskip-v4", "LunarLander-v3", "Pendulum-v1"):
+        cfg, _ = parse(f"--env={env}", "--agent=impala")
+        assert cfg.normalize_advantages is False, env
     given, _ = parse("--env=CartPole-v1", "--agent=ppo", "--entropy_loss_weight=0.02",
                      "--normalize_returns=false")
     assert (given.entropy_loss_weight, given.normalize_returns) == (0.02, False)

@@ -7,7 +7,13 @@ import math
 
 import torch
 
-from agents.impala import LossConfig, clip_rewards, explained_variance, impala_loss
+from agents.impala import (
+    LossConfig,
+    clip_rewards,
+    explained_variance,
+    impala_loss,
+    scale_advantages,
+)
 from agents.networks import MLP, step_model
 
 
@@ -64,7 +70,7 @@ def test_on_policy_loss_equals_n_step_returns():
     assert ((new_logp - logp) * adv).sum() > 0
 
 
-def test_normalized_advantages_are_the_on_policy_ones_standardised():
+def test_normalized_advantages_are_the_on_policy_ones_scaled():
     t, b, gamma = 6, 3, 0.9
     model = MLP((3,), 2, hidden_size=8)
     batch, values, logits = _batch(model, t, b, gamma_cut=(3, 1))
@@ -72,7 +78,7 @@ def test_normalized_advantages_are_the_on_policy_ones_standardised():
                      value_loss_weight=1.0, normalize_advantages=True)
     _, stats = impala_loss(model, batch, cfg)
     _, plain = impala_loss(model, batch, LossConfig(gamma=gamma, clip_rewards=False))
-    # by hand, as above: n-step advantages, then (A - mean) / std over all T x B steps
+    # by hand, as above: n-step advantages, then A / std over all T x B steps
     returns = torch.zeros(t, b)
     g = values[t]
     for s in reversed(range(t)):
@@ -80,12 +86,45 @@ def test_normalized_advantages_are_the_on_policy_ones_standardised():
         returns[s] = g
     next_returns = torch.cat([returns[1:], values[t:]], 0)
     adv = batch["reward"][1:] + gamma * (~batch["done"][1:]).float() * next_returns - values[:t]
-    adv = (adv - adv.mean()) / adv.std()
+    assert abs(adv.mean()) > 0.1 * adv.std()  # a mean to keep
+    adv = adv / adv.std()
     logp = torch.log_softmax(logits[:t], -1).gather(-1, batch["action"][:t, :, None])[..., 0]
     assert abs(stats["policy_loss"] - (-(logp * adv).mean()).item()) < 1e-5
+    # so the policy gradient only changes length: the plain one over the std
+    assert abs(stats["policy_loss"] * plain["adv_std"] - plain["policy_loss"]) < 1e-5
     # the value targets do not change, and the statistics report the raw advantages
     assert abs(stats["value_loss"] - plain["value_loss"]) < 1e-6
     assert abs(stats["adv_std"] - plain["adv_std"]) < 1e-6 and plain["adv_std"] > 0
+
+
+def test_scaled_advantages_add_no_push_away_from_the_behaviour_policy():
+    # one state; the actors' policy mu = (0.6, 0.4) drew 60 and 40 of 100 actions;
+    # the learner has since moved to pi = (0.5, 0.5). Every action is worth the same
+    # (Q = 1), so the importance-weighted advantages rho(a) x 1 must give no gradient.
+    logits = torch.zeros(2, dtype=torch.float64, requires_grad=True)  # exact sums
+    mu = torch.tensor([0.6, 0.4], dtype=torch.float64)
+    actions = torch.tensor([0] * 60 + [1] * 40)
+    adv = (0.5 / mu)[actions].view(100, 1)  # rho = pi / mu, a batch [T=100, B=1]
+    weight = torch.ones_like(adv)
+    logp = torch.log_softmax(logits, -1)[actions].view(100, 1)
+
+    def grad(a):
+        (g,) = torch.autograd.grad((a * logp).sum(), logits, retain_graph=True)
+        return g
+
+    zero = torch.zeros(2, dtype=torch.float64)
+    assert torch.allclose(grad(adv), zero, atol=1e-9)
+    assert torch.allclose(grad(scale_advantages(adv, weight)), zero, atol=1e-9)
+    assert torch.allclose(scale_advantages(adv, weight) * adv.std(), adv)
+    # shifted to mean 0 as well, the batch would raise a2: away from mu, where pi went
+    shifted = grad((adv - adv.mean()) / adv.std())
+    assert shifted[1] > shifted[0] + 1.0
+    # steps of weight 0 are not counted; a batch with no spread is left as it is
+    half = torch.tensor([[1.0], [3.0], [100.0]])
+    assert torch.allclose(scale_advantages(half, torch.tensor([[1.0], [1.0], [0.0]])),
+                          half / math.sqrt(2.0))
+    assert torch.equal(scale_advantages(torch.full((3, 2), 0.7), torch.ones(3, 2)),
+                       torch.full((3, 2), 0.7))
 
 
 def test_explained_variance_of_perfect_constant_and_noisy_critics():

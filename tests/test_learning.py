@@ -56,7 +56,9 @@ def test_short_corridor_reaches_optimal_stochastic_policy(results):
                     "--environment_max_steps=200000", f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     ckpt = torch.load(os.path.join(_run_dir(results), "checkpoint.pt"), weights_only=False)
-    model = build_model((1,), 2, ckpt["config"]["hidden_size"])
+    cfg = ckpt["config"]
+    model = build_model((1,), 2, cfg["hidden_size"], cfg["normalize_input"],
+                        cfg["normalize_returns"])
     model.load_state_dict(ckpt["model"])
     with torch.no_grad():
         logits, _, _, _ = step_model(model, torch.ones(1, 1))
