@@ -126,6 +126,10 @@ _define_bool("serial", False,
              "Step the actors inline in the learner's process in a fixed order (Sample "
              "Factory's serial mode): with the same --seed a run repeats bit for bit on the "
              "same machine. Slower than actor processes; for tests and debugging.")
+flags.DEFINE_integer("serial_policy_lag", 0,
+                     "--serial: the actors act with the weights of this many learner updates "
+                     "before the newest, a fixed policy lag that repeats bit for bit (to study "
+                     "what the asynchronous lag does: README, Runs that stay solved); 0: none.")
 flags.DEFINE_string("ray_address", "", "--backend=ray: empty starts a local Ray instance; "
                     "'auto' or host:port joins a running cluster.")
 flags.DEFINE_integer("max_policy_lag", 100, "--backend=ray: rollouts acted by weights more "

@@ -45,6 +45,8 @@ CORPUS = [
     (["--keep_checkpoints=0"], "--keep_checkpoints"), (["--stop_window=0"], "--stop_window"),
     (["--ray_address=auto"], "--ray_address"), (["--backend=slurm"], "backend"),
     (["--serial", "--backend=ray"], "--serial"), (["--serial", "--caching"], "--serial"),
+    (["--serial_policy_lag=1"], "--serial_policy_lag"),
+    (["--serial", "--serial_policy_lag=-1"], "--serial_policy_lag"),
     (["--normalize_input=sometimes"], "--normalize_input"),
     # unknown flags and stray arguments
     (["--no_such_flag=3"], "no_such_flag"), (["extra"], "unexpected arguments"),

@@ -9,7 +9,10 @@ import csv
 import glob
 import os
 
+import torch
+
 from tests.conftest import run_main
+from workers.weights import SharedWeights
 
 # columns that measure time, not learning
 TIMING = {"fps", "wall_time", "batch_wait_s", "update_s"}
@@ -40,3 +43,36 @@ def test_the_same_seed_repeats_bit_for_bit(tmp_path):
         assert len(a) > rows
         assert a == b, f"{name} differs between two runs with --seed=7"
         assert a != c, f"{name} is the same with --seed=8"
+
+
+def test_a_fixed_policy_lag_is_the_lag_the_learner_sees(tmp_path):
+    # --serial_policy_lag=k: every batch was acted by weights k updates old (the
+    # learner's own count), still the same run for the same seed
+    for k in (0, 2, 2):
+        _run(str(tmp_path / f"{k}{len(os.listdir(tmp_path))}"), 3, "--env=CartPole-v1",
+             f"--serial_policy_lag={k}")
+    (zero,), (lag_a, lag_b) = (
+        [_rows(str(tmp_path / d), "learner.csv")
+         for d in sorted(os.listdir(tmp_path)) if d.startswith(k)] for k in "02")
+    assert lag_a == lag_b
+    # after the first k updates, the lag is k (and 0.05 more, as with no lag: the
+    # first rollout of each round is acted before the round's update)
+    shift = [float(b["policy_lag_mean"]) - float(a["policy_lag_mean"])
+             for a, b in zip(zero[3:], lag_a[3:], strict=True)]
+    assert len(shift) > 5 and all(abs(d - 2) < 1e-9 for d in shift), shift
+    kl = [sorted(float(r["kl"]) for r in rows[3:]) for rows in (zero, lag_a)]
+    assert kl[1][len(kl[1]) // 2] > 5 * kl[0][len(kl[0]) // 2], kl
+
+
+def test_shared_weights_with_a_lag_offer_the_publication_lag_before():
+    model = torch.nn.Linear(1, 1, bias=False)
+    weights = SharedWeights(model, lag=2)
+    reader = torch.nn.Linear(1, 1, bias=False)
+    held = -1
+    for version in range(5):
+        with torch.no_grad():
+            model.weight.fill_(float(version))
+        weights.publish(model, version)
+        held = weights.pull(reader, held)
+        assert held == max(0, version - 2)
+        assert reader.weight.item() == float(max(0, version - 2))

@@ -67,6 +67,7 @@ class Config:
     max_actor_restarts: int
     backend: str
     serial: bool
+    serial_policy_lag: int
     ray_address: str
     max_policy_lag: int
     ray_in_flight: int
@@ -267,11 +268,15 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
             ("backend", "the actors run inline, so --backend=ray has no actors to run"),
             ("caching", "--caching prepares batches in a thread, which --serial's fixed "
                         "order excludes")) if v.get(name) not in (None, False, "local")]
+    if v.get("serial_policy_lag") and not v.get("serial"):
+        errors.append("--serial_policy_lag: a fixed lag needs the serial mode; add --serial "
+                      "or leave it out")
     if v.get("backend", "local") == "ray" and importlib.util.find_spec("ray") is None:
         errors.append("--backend: ray is not installed in this environment; run "
                       "`.venv/bin/pip install -r requirements.txt` (README: More than one "
                       "machine)")
     for name in ("noop_threshold", "max_actor_restarts", "lr_end_value", "max_policy_lag",
+                 "serial_policy_lag",
                  "eval_interval",
                  "gradient_clip_by_norm_threshold", "value_loss_weight",
                  "entropy_loss_weight", "policy_gradient_loss_weight",

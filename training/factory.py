@@ -139,7 +139,7 @@ def build_learner(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | No
                               max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
                               in_flight=cfg.ray_in_flight)
     elif cfg.serial:
-        weights = SharedWeights(agent.model)
+        weights = SharedWeights(agent.model, lag=cfg.serial_policy_lag)
         actors = SerialActorPool(actor_config(cfg, info, policy), cfg.worker_count, slots,
                                  weights, run.log, resumes=report.counters.resumes)
     else:

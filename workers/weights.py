@@ -36,13 +36,22 @@ def unflatten(vec: torch.Tensor, model: nn.Module) -> None:
 
 
 class SharedWeights:
-    def __init__(self, model: nn.Module):
+    """`lag` > 0 (`--serial_policy_lag`, the serial mode only): `publish` offers the
+    weights of `lag` publications before, under their own version, so that the actors
+    act with a fixed policy lag while the run stays deterministic."""
+
+    def __init__(self, model: nn.Module, lag: int = 0):
         self.flat = flatten(model).share_memory_()
         self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.lag = lag
+        self._held: list[tuple[int, torch.Tensor]] = []  # the last lag + 1 publications
 
     def publish(self, model: nn.Module, version: int) -> None:
         """Learner side (the only writer)."""
         vec = flatten(model)
+        if self.lag:
+            self._held = [*self._held[-self.lag:], (version, vec)]
+            version, vec = self._held[0]
         self.seq[0] = 2 * version + 1
         self.flat.copy_(vec)
         self.seq[0] = 2 * version
