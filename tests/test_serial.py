@@ -48,12 +48,10 @@ def test_the_same_seed_repeats_bit_for_bit(tmp_path):
 def test_a_fixed_policy_lag_is_the_lag_the_learner_sees(tmp_path):
     # --serial_policy_lag=k: every batch was acted by weights k updates old (the
     # learner's own count), still the same run for the same seed
-    for k in (0, 2, 2):
-        _run(str(tmp_path / f"{k}{len(os.listdir(tmp_path))}"), 3, "--env=CartPole-v1",
-             f"--serial_policy_lag={k}")
-    (zero,), (lag_a, lag_b) = (
-        [_rows(str(tmp_path / d), "learner.csv")
-         for d in sorted(os.listdir(tmp_path)) if d.startswith(k)] for k in "02")
+    runs = {"zero": 0, "lag_a": 2, "lag_b": 2}
+    for name, k in runs.items():
+        _run(str(tmp_path / name), 3, "--env=CartPole-v1", f"--serial_policy_lag={k}")
+    zero, lag_a, lag_b = (_rows(str(tmp_path / name), "learner.csv") for name in runs)
     assert lag_a == lag_b
     # after the first k updates, the lag is k (and 0.05 more, as with no lag: the
     # first rollout of each round is acted before the round's update)
