@@ -99,12 +99,18 @@ flags.DEFINE_float("rmsprop_eps", 1e-5,
 flags.DEFINE_float("rmsprop_alpha", 0.99, "RMSProp decay.")
 flags.DEFINE_float("adam_eps", None, "Adam epsilon; auto: 1e-5 for ppo and truly_ppo (CleanRL, "
                    "Sample Factory), 1e-8 (torch's) for impala.")
-flags.DEFINE_float("gradient_clip_by_norm_threshold", 0.5,
-                   "Global gradient-norm clip (of the mean-reduced losses); 0: off. 0.5 as A2C, "
-                   "CleanRL and Sample Factory; on CartPole 40 (never reached) let the policy "
-                   "fall back after solving.")
+flags.DEFINE_float("gradient_clip_by_norm_threshold", None,
+                   "Global gradient-norm clip (of the mean-reduced losses); 0: off. auto: 0.5 "
+                   "as A2C, CleanRL and Sample Factory (on CartPole 40, never reached, let the "
+                   "policy fall back after solving), 0.8 for ppo on HalfCheetah.")
 flags.DEFINE_integer("hidden_size", None, "Width of the last hidden layer; auto: 512 Atari, 256 "
-                     "MinAtar, 64 vector.")
+                     "MinAtar and for ppo on HalfCheetah, 64 vector.")
+flags.DEFINE_enum("mlp_activation", None, ["tanh", "relu"],
+                  "Nonlinearity of the MLP torsos (vector observations); auto: tanh (CleanRL's), "
+                  "relu for ppo on HalfCheetah (rl-baselines3-zoo's tuned net). Fixed for a run.")
+flags.DEFINE_float("log_std_init", None, "Box actions: the Gaussian's first log-std (a learned "
+                   "parameter, one per dimension); auto: 0 (std 1), -2 for ppo on HalfCheetah "
+                   "(std 0.14, rl-baselines3-zoo's).")
 _define_bool("use_lstm", False, "An LSTM core after the torso (TorchBeast's flag): the actors "
              "carry its state per env and store it with each rollout; the learner unrolls "
              "it over T from the stored state. Fixed for a run.")
@@ -113,8 +119,14 @@ flags.DEFINE_integer("lstm_size", 128, "Width of the LSTM core (--use_lstm). Fix
 # --- parallelism ---------------------------------------------------------------
 flags.DEFINE_integer("worker_count", None, "Actor processes; auto: the machine's core count.")
 flags.DEFINE_integer("envs_per_worker", None,
-                     "Envs per actor; auto: 4 Atari, 8 MinAtar and vector.")
+                     "Envs per actor; auto: 4 Atari and for ppo on HalfCheetah, 8 else.")
 flags.DEFINE_integer("learner_threads", None, "Torch threads of the learner; auto: core count.")
+flags.DEFINE_integer("queued_batches", None,
+                     "Rollout slots: the envs' own plus this many batches of finished rollouts "
+                     "that wait for the learner (the actors pause when they are all full), so "
+                     "a learner slower than the envs trains on rollouts this many updates old "
+                     "(Sample Factory's num_batches_to_accumulate); auto: 1 for ppo on "
+                     "HalfCheetah, else no such bound: 2 x (envs + batch) slots in all.")
 flags.DEFINE_integer("max_actor_restarts", 3,
                      "Actor deaths (exception or kill) survived by restarting the actor; one "
                      "more stops the run with a checkpoint and exit status 1.")
@@ -200,7 +212,8 @@ flags.DEFINE_float("rho_const", 1.0, "rho_bar: clip of importance weights in the
 flags.DEFINE_float("pg_rho_const", 1.0, "Clip of importance weights in the policy gradient.")
 flags.DEFINE_float("c_const", 1.0, "c_bar: clip of the trace coefficients.")
 flags.DEFINE_float("policy_gradient_loss_weight", 1.0, "Weight of the policy-gradient loss.")
-flags.DEFINE_float("value_loss_weight", 0.5, "Weight of the baseline (value) loss.")
+flags.DEFINE_float("value_loss_weight", None, "Weight of the baseline (value) loss; auto: "
+                   "0.5, 0.58096 for ppo on HalfCheetah.")
 flags.DEFINE_float("entropy_loss_weight", None, "Weight of the entropy bonus; auto: 0.01, but "
                    "0.03 for impala and 0 for the ppo agents on the vector family (CartPole...), "
                    "0 on continuous actions (README: Runs that stay solved).")

@@ -237,31 +237,36 @@ class MinAtarCNN(ActorCritic):
     _features = NatureCNN._features
 
 
+MLP_ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}  # --mlp_activation
+
+
 class MLP(ActorCritic):
-    """Separate two-layer tanh torsos for the policy and the value (as CleanRL does
-    for vector tasks: value gradients, of the scale of the returns, do not swamp
-    the policy's features). With a core, one torso: the policy's, then the core,
-    which both heads read (the value must see the memory too).
+    """Separate two-layer torsos for the policy and the value (as CleanRL does for
+    vector tasks: value gradients, of the scale of the returns, do not swamp the
+    policy's features), with tanh (CleanRL's) or ReLU (rl-baselines3-zoo's tuned
+    MuJoCo nets) after each layer. With a core, one torso: the policy's, then the
+    core, which both heads read (the value must see the memory too).
 
     Input: float32 [.., D]. Hidden: the policy torso's output float32
-    [.., hidden_size] (after its tanh), or the core's.
+    [.., hidden_size] (after its activation), or the core's.
     """
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64,
                  normalize_input: bool = False, normalize_returns: bool = False,
-                 lstm_size: int = 0, action_kind: str = "discrete"):
+                 lstm_size: int = 0, action_kind: str = "discrete", activation: str = "tanh"):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         n_in = int(math.prod(obs_shape))
         self.hidden_size = hidden_size
+        act = MLP_ACTIVATIONS[activation]
 
         def torso() -> nn.Sequential:
             return nn.Sequential(
                 nn.Flatten(),
                 nn.Linear(n_in, hidden_size),
-                nn.Tanh(),
+                act(),
                 nn.Linear(hidden_size, hidden_size),
-                nn.Tanh(),
+                act(),
             )
 
         self.policy_torso = torso()
@@ -283,17 +288,18 @@ NATURE_MIN_SIZE = 36
 
 def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
                 normalize_input: bool = False, normalize_returns: bool = False,
-                lstm_size: int = 0, action_kind: str = "discrete") -> ActorCritic:
+                lstm_size: int = 0, action_kind: str = "discrete",
+                mlp_activation: str = "tanh") -> ActorCritic:
     """The Nature CNN for [C, H, W] observations of 36x36 or more (Atari), the MinAtar
-    conv net for smaller grids, the MLP for anything flatter; with an LSTM core of
-    `lstm_size` after the torso if > 0; a policy over `num_actions` discrete actions
-    or, with action_kind "box", continuous dimensions."""
+    conv net for smaller grids, the MLP (with `mlp_activation`) for anything flatter;
+    with an LSTM core of `lstm_size` after the torso if > 0; a policy over
+    `num_actions` discrete actions or, with action_kind "box", continuous dimensions."""
+    args = (obs_shape, num_actions, hidden_size, normalize_input, normalize_returns,
+            lstm_size, action_kind)
     if len(obs_shape) == 3:
         net = NatureCNN if min(obs_shape[1:]) >= NATURE_MIN_SIZE else MinAtarCNN
-    else:
-        net = MLP
-    return net(obs_shape, num_actions, hidden_size, normalize_input, normalize_returns,
-               lstm_size, action_kind)
+        return net(*args)
+    return MLP(*args, activation=mlp_activation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -311,6 +317,7 @@ class ModelSpec:
     use_lstm: bool = False
     lstm_size: int = 0  # read only with use_lstm (0 without: equal specs, equal nets)
     action_kind: str = "discrete"  # a key of agents.distributions.DISTRIBUTIONS
+    mlp_activation: str = "tanh"  # a key of MLP_ACTIVATIONS (read by the MLP only)
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(self.obs_shape))
@@ -335,7 +342,7 @@ class ModelSpec:
     def build(self) -> ActorCritic:
         return build_model(self.obs_shape, self.num_actions, self.hidden_size,
                            self.normalize_input, self.normalize_returns, self.lstm_size,
-                           self.action_kind)
+                           self.action_kind, self.mlp_activation)
 
     @classmethod
     def of(cls, info: dict, flags: dict) -> ModelSpec:

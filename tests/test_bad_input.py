@@ -47,6 +47,7 @@ CORPUS = [
     (["--serial", "--backend=ray"], "--serial"), (["--serial", "--caching"], "--serial"),
     (["--serial_policy_lag=1"], "--serial_policy_lag"),
     (["--serial", "--serial_policy_lag=-1"], "--serial_policy_lag"),
+    (["--queued_batches=0"], "--queued_batches"), (["--mlp_activation=gelu"], "mlp_activation"),
     (["--normalize_input=sometimes"], "--normalize_input"),
     # unknown flags and stray arguments
     (["--no_such_flag=3"], "no_such_flag"), (["extra"], "unexpected arguments"),

@@ -86,3 +86,29 @@ def test_a_box_run_trains_resumes_and_plays_through_main(tmp_path):
     (test_run,) = glob.glob(str(tmp_path / "test" / "*"))
     test_summary = json.load(open(os.path.join(test_run, "test_summary.json")))
     assert test_summary["episodes"] == 2 and test_summary["mean"] < 0  # Pendulum's costs
+
+
+def test_mlp_activation_and_log_std_init_reach_the_learners_model():
+    from option_flags import default_values
+    from training.config import make_config
+    from training.factory import make_agent
+    from training.session import architecture_problem
+
+    def agent(**flags):
+        cfg, errors = make_config(default_values(env=ECHO, **flags))
+        assert not errors, errors
+        return cfg, make_agent(cfg, env_info(ECHO, cfg.env_options()))
+
+    def kinds(torso):
+        return {type(m).__name__ for m in torso} & {"Tanh", "ReLU"}
+
+    plain_cfg, plain = agent()
+    assert kinds(plain.model.policy_torso) == {"Tanh"} and (plain.model.log_std == 0).all()
+    cfg, tuned = agent(mlp_activation="relu", log_std_init=-2.0)
+    assert kinds(tuned.model.policy_torso) == kinds(tuned.model.value_torso) == {"ReLU"}
+    torch.testing.assert_close(tuned.model.log_std.detach(), torch.full((2,), -2.0))
+    # the activation is the architecture's: a resume must keep it; the first log-std is not
+    ckpt = {"env_info": {"obs_shape": [2], "num_actions": 2, "action_kind": "box"},
+            "config": cfg.to_dict(), "model": tuned.model.state_dict()}
+    assert architecture_problem(agent(mlp_activation="relu")[0], ckpt) is None
+    assert "--mlp_activation=relu" in architecture_problem(plain_cfg, ckpt)

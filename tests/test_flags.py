@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from absl import flags
 
@@ -124,6 +126,33 @@ def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
     for env in ("PongNoFrameskip-v4", "MinAtar/Breakout-v1", "CartPole-v1"):
         other, _ = parse(f"--env={env}", "--agent=ppo")
         assert (other.ppo_epochs, other.ppo_minibatches) == (4, 4)
+
+
+def test_halfcheetah_gets_sb3_zoos_tuned_ppo_values():
+    cheetah, errors = parse("--env=HalfCheetah-v5")
+    assert not errors
+    assert (cheetah.env_kind, cheetah.agent, cheetah.hidden_size, cheetah.mlp_activation,
+            cheetah.log_std_init, cheetah.r_f_steps, cheetah.batch_size, cheetah.ppo_epochs,
+            cheetah.ppo_minibatches, cheetah.ppo_shuffle, cheetah.lr, cheetah.lr_end_value,
+            cheetah.ppo_clip, cheetah.gamma, cheetah.gae_lambda, cheetah.envs_per_worker,
+            cheetah.queued_batches, cheetah.gradient_clip_by_norm_threshold,
+            cheetah.value_loss_weight) == \
+        ("half_cheetah", "ppo", 256, "relu", -2.0, 64, 8, 20, 8, "steps", 2.0633e-5,
+         2.0633e-5, 0.1, 0.98, 0.92, 4, 1, 0.8, 0.58096)
+    assert cheetah.normalize_input and cheetah.normalize_returns
+    assert parse("--env=HalfCheetah-v4")[0].env_kind == "half_cheetah"
+    # they are ppo's: impala there gets the continuous family's values, as on Hopper
+    impala = parse("--env=HalfCheetah-v5", "--agent=impala")[0]
+    hopper = parse("--env=Hopper-v5", "--agent=impala")[0]
+    assert dataclasses.replace(impala, env="Hopper-v5", env_kind="continuous") == hopper
+    # every other family keeps tanh, a first std of 1, the 0.5 clip and value weight
+    # and the slots of before (no queued-batch bound)
+    for env in ("Hopper-v5", "Pendulum-v1", "LunarLanderContinuous-v3", "CartPole-v1",
+                "LunarLander-v3", "MinAtar/Breakout-v1", "PongNoFrameskip-v4"):
+        cfg, _ = parse(f"--env={env}")
+        assert cfg.env_kind != "half_cheetah", env
+        assert (cfg.mlp_activation, cfg.log_std_init, cfg.gradient_clip_by_norm_threshold,
+                cfg.value_loss_weight, cfg.queued_batches) == ("tanh", 0.0, 0.5, 0.5, None), env
 
 
 def test_box2d_discrete_gets_sb3_zoos_ppo_values_and_minibatches_of_steps():

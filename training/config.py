@@ -59,11 +59,14 @@ class Config:
     adam_eps: float
     gradient_clip_by_norm_threshold: float
     hidden_size: int
+    mlp_activation: str  # "tanh" or "relu"
+    log_std_init: float
     use_lstm: bool
     lstm_size: int
     worker_count: int
     envs_per_worker: int
     learner_threads: int
+    queued_batches: int | None  # None: 2 x (envs + batch) slots (training/plan.py)
     max_actor_restarts: int
     backend: str
     serial: bool
@@ -268,6 +271,9 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
             ("backend", "the actors run inline, so --backend=ray has no actors to run"),
             ("caching", "--caching prepares batches in a thread, which --serial's fixed "
                         "order excludes")) if v.get(name) not in (None, False, "local")]
+    if v.get("queued_batches") is not None and v["queued_batches"] <= 0:
+        errors.append(f"--queued_batches: must be > 0, got {v['queued_batches']}; leave it "
+                      "out for the auto value")
     if v.get("serial_policy_lag") and not v.get("serial"):
         errors.append("--serial_policy_lag: a fixed lag needs the serial mode; add --serial "
                       "or leave it out")
@@ -350,7 +356,8 @@ PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_polic
 # What runs saved before a flag existed had: a checkpoint that lacks the key resumes
 # with this, not with today's auto default (an old Atari run was impala, unnormalised).
 SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False,
-                "use_lstm": False, "ppo_shuffle": "rollouts"}
+                "use_lstm": False, "ppo_shuffle": "rollouts",
+                "mlp_activation": "tanh", "log_std_init": 0.0}
 
 
 def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:

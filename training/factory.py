@@ -58,6 +58,8 @@ def ppo_config(cfg: Config) -> PPOConfig:
 def make_agent(cfg: Config, info: EnvInfo) -> Agent:
     """The `--agent` of `cfg` for `info`'s observations and actions."""
     model = cfg.model_spec(info).build()
+    if model.log_std is not None:  # the actors get it with the first weights
+        torch.nn.init.constant_(model.log_std, cfg.log_std_init)
     device = resolve_device(cfg.device)
     if cfg.agent == "impala":
         return ImpalaAgent(model, cfg.loss_config(), optim_config(cfg), device)

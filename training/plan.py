@@ -46,7 +46,9 @@ def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
     spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions,
                         feature_size=model.feature_size if cfg.store_features else 0,
                         state_shape=model.state_shape, action_kind=info.action_kind)
-    num_slots = 2 * cfg.n_envs + 2 * cfg.batch_size
+    ahead = cfg.queued_batches * cfg.batch_size if cfg.queued_batches else \
+        cfg.n_envs + 2 * cfg.batch_size
+    num_slots = cfg.n_envs + ahead  # one being written per env, the rest finished
     pixel_stack = info.frame_stack or None
     max_chain_heads = 2 * cfg.n_envs + cfg.max_actor_restarts * cfg.envs_per_worker
     return RunPlan(
