@@ -117,8 +117,15 @@ def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
             cfg.entropy_loss_weight, cfg.hidden_size, cfg.clip_rewards) == \
         ("continuous", "ppo", 64, 32, 10, 32, "adam", 3e-4, 0.0, 0.2, 0.0, 64, False)
     assert cfg.normalize_input and cfg.normalize_returns
+    # minibatches of steps drawn from all rollouts, but on MuJoCo tasks whole rollouts
+    assert cfg.ppo_shuffle == "steps"
+    hopper, _ = parse("--env=Hopper-v5")
+    assert (hopper.env_kind, hopper.ppo_shuffle) == ("mujoco", "rollouts")
+    assert dataclasses.replace(hopper, env="Pendulum-v1", env_kind="continuous",
+                               ppo_shuffle="steps") == cfg
+    assert parse("--env=BipedalWalker-v3")[0].env_kind == "continuous"
     # a batch smaller than the auto minibatch count: one rollout per minibatch
-    small, errors = parse("--env=Pendulum-v1", "--batch_size=16")
+    small, errors = parse("--env=Hopper-v5", "--batch_size=16")
     assert not errors and small.ppo_minibatches == 16
     impala, _ = parse("--env=Pendulum-v1", "--agent=impala")
     assert (impala.lr, impala.batch_size, impala.normalize_input) == (3e-4, 32, True)
@@ -144,7 +151,7 @@ def test_halfcheetah_gets_sb3_zoos_tuned_ppo_values():
     # they are ppo's: impala there gets the continuous family's values, as on Hopper
     impala = parse("--env=HalfCheetah-v5", "--agent=impala")[0]
     hopper = parse("--env=Hopper-v5", "--agent=impala")[0]
-    assert dataclasses.replace(impala, env="Hopper-v5", env_kind="continuous") == hopper
+    assert dataclasses.replace(impala, env="Hopper-v5", env_kind="mujoco") == hopper
     # every other family keeps tanh, a first std of 1, the 0.5 clip and value weight
     # and the slots of before (no queued-batch bound)
     for env in ("Hopper-v5", "Pendulum-v1", "LunarLanderContinuous-v3", "CartPole-v1",
@@ -166,8 +173,7 @@ def test_box2d_discrete_gets_sb3_zoos_ppo_values_and_minibatches_of_steps():
     impala, _ = parse("--env=LunarLander-v3", "--agent=impala")
     assert (impala.gamma, impala.lr, impala.r_f_steps) == (0.99, 2e-3, 20)
     # the other families keep theirs: gamma 0.99, lambda 0.95, whole rollouts
-    for env in ("CartPole-v1", "PongNoFrameskip-v4", "MinAtar/Breakout-v1", "Pendulum-v1",
-                "LunarLanderContinuous-v3"):
+    for env in ("CartPole-v1", "PongNoFrameskip-v4", "MinAtar/Breakout-v1", "Hopper-v5"):
         cfg, _ = parse(f"--env={env}", "--agent=ppo")
         assert (cfg.gamma, cfg.gae_lambda, cfg.ppo_shuffle) == (0.99, 0.95, "rollouts"), env
     # steps: more minibatches than rollouts; an LSTM makes the auto value whole rollouts
