@@ -231,6 +231,11 @@ _define_bool("normalize_returns", None,
              "(Sample Factory's normalize_returns); the model still outputs values in return "
              "units; auto: on for Atari, continuous actions and the vector family (CartPole, "
              "classic control, popgym...), off for MinAtar and Box2D discrete. Fixed for a run.")
+_define_bool("scale_rewards", False,
+             "Divide the rewards the learner trains on by a running std of the discounted "
+             "return (--gamma), kept by each actor (CleanRL's and SB3's NormalizeReward; "
+             "wrappers/reward_scaling.py); episode returns stay raw. An alternative or a "
+             "complement to --normalize_returns (README: Continuous control).")
 flags.DEFINE_enum("reward_clipping_method", "abs_one_sign",
                   ["abs_one_sign", "abs_one_clamp", "soft_asymmetric"], "How rewards are clipped.")
 

@@ -95,6 +95,7 @@ class Config:
     normalize_advantages: bool
     normalize_input: bool
     normalize_returns: bool
+    scale_rewards: bool
     ppo_epochs: int
     ppo_minibatches: int
     ppo_shuffle: str  # "rollouts" or "steps"

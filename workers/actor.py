@@ -36,6 +36,7 @@ from agents.distributions import DISTRIBUTIONS
 from agents.networks import ModelSpec, mask_state, pack_state, step_model
 from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
+from wrappers.reward_scaling import RewardScaler
 
 FP16_MAX = 65504.0  # stored features are clamped to float16's range, never inf
 
@@ -136,6 +137,9 @@ class ActorConfig:
     # write each row's policy hidden layer as "features" (float16 [E, H]); the slots'
     # spec must then have rollout_spec(..., feature_size=model.feature_size)
     store_features: bool = False
+    # --scale_rewards: the stored rewards are divided by a running std of the
+    # discounted return with this gamma (wrappers/reward_scaling.py); 0: raw rewards
+    reward_scale_gamma: float = 0.0
 
 
 def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
@@ -203,7 +207,8 @@ class Roller:
     `rollout(write)` refreshes the weights and calls `write(t, row)` for t = 0..T, each
     `row` a dict field -> tensor [E, ...] in the format of workers/slots.py (row 0 is
     the previous rollout's row T); it returns the (return, length) of the episodes
-    that ended. `seconds` sums the time stepping envs ("env") and in forward passes
+    that ended, in raw rewards (the rows hold scaled ones under `reward_scale_gamma`).
+    `seconds` sums the time stepping envs ("env") and in forward passes
     ("inference") since the caller last reset it.
     """
 
@@ -216,6 +221,8 @@ class Roller:
         self.policy.refresh()
         self.seconds = {"env": 0.0, "inference": 0.0, "wait": 0.0}
         n = cfg.envs_per_worker
+        self.scaler = RewardScaler(n, cfg.reward_scale_gamma) if cfg.reward_scale_gamma \
+            else None
         self.zeros_f = torch.zeros(n)
         zeros_b = torch.zeros(n, dtype=torch.bool)
         obs = torch.from_numpy(self.env.reset())
@@ -243,12 +250,14 @@ class Roller:
                 bootstrap[idx] = policy.value(torch.from_numpy(step.final_obs[idx]), idx)
             done = torch.from_numpy(step.terminated)
             truncated = torch.from_numpy(step.truncated)
+            reward = step.reward if self.scaler is None else \
+                self.scaler(step.reward, step.terminated, step.truncated)
             acted = policy.act(obs, done | truncated)
             self.seconds["env"] += t1 - t0
             self.seconds["inference"] += clock() - t1
             self.row = {
                 "obs": obs, **acted,
-                "reward": torch.from_numpy(step.reward),
+                "reward": torch.from_numpy(reward),
                 "done": done,
                 "truncated": truncated,
                 "bootstrap_value": bootstrap,
