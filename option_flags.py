@@ -108,6 +108,9 @@ flags.DEFINE_integer("hidden_size", None, "Width of the last hidden layer; auto:
 flags.DEFINE_enum("mlp_activation", None, ["tanh", "relu"],
                   "Nonlinearity of the MLP torsos (vector observations); auto: tanh (CleanRL's), "
                   "relu for ppo on HalfCheetah (rl-baselines3-zoo's tuned net). Fixed for a run.")
+_define_bool("mlp_shared_torso", False,
+             "One MLP torso for the policy and the value heads instead of two (vector "
+             "observations; README: Continuous control). Fixed for a run.")
 flags.DEFINE_float("log_std_init", None, "Box actions: the Gaussian's first log-std (a learned "
                    "parameter, one per dimension); auto: 0 (std 1), -2 for ppo on HalfCheetah "
                    "(std 0.14, rl-baselines3-zoo's).")

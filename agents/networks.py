@@ -244,8 +244,9 @@ class MLP(ActorCritic):
     """Separate two-layer torsos for the policy and the value (as CleanRL does for
     vector tasks: value gradients, of the scale of the returns, do not swamp the
     policy's features), with tanh (CleanRL's) or ReLU (rl-baselines3-zoo's tuned
-    MuJoCo nets) after each layer. With a core, one torso: the policy's, then the
-    core, which both heads read (the value must see the memory too).
+    MuJoCo nets) after each layer. With `shared` (`--mlp_shared_torso`) one torso that
+    both heads read; with a core, one torso too: the policy's, then the core, which
+    both heads read (the value must see the memory too).
 
     Input: float32 [.., D]. Hidden: the policy torso's output float32
     [.., hidden_size] (after its activation), or the core's.
@@ -253,7 +254,8 @@ class MLP(ActorCritic):
 
     def __init__(self, obs_shape: tuple[int, ...], num_actions: int, hidden_size: int = 64,
                  normalize_input: bool = False, normalize_returns: bool = False,
-                 lstm_size: int = 0, action_kind: str = "discrete", activation: str = "tanh"):
+                 lstm_size: int = 0, action_kind: str = "discrete", activation: str = "tanh",
+                 shared: bool = False):
         super().__init__()
         self._normalizers(obs_shape, normalize_input, normalize_returns)
         n_in = int(math.prod(obs_shape))
@@ -270,7 +272,7 @@ class MLP(ActorCritic):
             )
 
         self.policy_torso = torso()
-        self.value_torso = torso() if lstm_size == 0 else None
+        self.value_torso = torso() if lstm_size == 0 and not shared else None
         self._heads(hidden_size, num_actions, lstm_size, action_kind)
         nn.init.orthogonal_(self.policy.weight, gain=0.01)
         nn.init.zeros_(self.policy.bias)
@@ -279,7 +281,7 @@ class MLP(ActorCritic):
         return self.policy_torso(x)
 
     def _value_features(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        return self.value_torso(x)
+        return h if self.value_torso is None else self.value_torso(x)
 
 
 # The Nature CNN's three convolutions need at least 36x36 pixels.
@@ -289,9 +291,10 @@ NATURE_MIN_SIZE = 36
 def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
                 normalize_input: bool = False, normalize_returns: bool = False,
                 lstm_size: int = 0, action_kind: str = "discrete",
-                mlp_activation: str = "tanh") -> ActorCritic:
+                mlp_activation: str = "tanh", mlp_shared_torso: bool = False) -> ActorCritic:
     """The Nature CNN for [C, H, W] observations of 36x36 or more (Atari), the MinAtar
-    conv net for smaller grids, the MLP (with `mlp_activation`) for anything flatter;
+    conv net for smaller grids, the MLP (with `mlp_activation`, one torso for both heads
+    with `mlp_shared_torso`) for anything flatter;
     with an LSTM core of `lstm_size` after the torso if > 0; a policy over
     `num_actions` discrete actions or, with action_kind "box", continuous dimensions."""
     args = (obs_shape, num_actions, hidden_size, normalize_input, normalize_returns,
@@ -299,7 +302,7 @@ def build_model(obs_shape: tuple[int, ...], num_actions: int, hidden_size: int,
     if len(obs_shape) == 3:
         net = NatureCNN if min(obs_shape[1:]) >= NATURE_MIN_SIZE else MinAtarCNN
         return net(*args)
-    return MLP(*args, activation=mlp_activation)
+    return MLP(*args, activation=mlp_activation, shared=mlp_shared_torso)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -318,6 +321,7 @@ class ModelSpec:
     lstm_size: int = 0  # read only with use_lstm (0 without: equal specs, equal nets)
     action_kind: str = "discrete"  # a key of agents.distributions.DISTRIBUTIONS
     mlp_activation: str = "tanh"  # a key of MLP_ACTIVATIONS (read by the MLP only)
+    mlp_shared_torso: bool = False  # one MLP torso for both heads (read by the MLP only)
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(self.obs_shape))
@@ -342,7 +346,7 @@ class ModelSpec:
     def build(self) -> ActorCritic:
         return build_model(self.obs_shape, self.num_actions, self.hidden_size,
                            self.normalize_input, self.normalize_returns, self.lstm_size,
-                           self.action_kind, self.mlp_activation)
+                           self.action_kind, self.mlp_activation, self.mlp_shared_torso)
 
     @classmethod
     def of(cls, info: dict, flags: dict) -> ModelSpec:

@@ -112,3 +112,5 @@ def test_mlp_activation_and_log_std_init_reach_the_learners_model():
             "config": cfg.to_dict(), "model": tuned.model.state_dict()}
     assert architecture_problem(agent(mlp_activation="relu")[0], ckpt) is None
     assert "--mlp_activation=relu" in architecture_problem(plain_cfg, ckpt)
+    shared_cfg = agent(mlp_activation="relu", mlp_shared_torso=True)[0]
+    assert "--mlp_shared_torso" in architecture_problem(shared_cfg, ckpt)

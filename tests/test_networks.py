@@ -53,3 +53,19 @@ def test_nature_cnn_channels_last_is_the_same_function():
     net.zero_grad()
     (net.policy(ref).sum() + net.baseline(ref).sum()).backward()
     assert torch.allclose(net.torso[0].weight.grad, got, rtol=1e-4, atol=1e-5)
+
+
+def test_a_shared_mlp_torso_feeds_both_heads():
+    torch.manual_seed(0)
+    separate = build_model((3,), 2, 8, normalize_returns=True)
+    shared = build_model((3,), 2, 8, normalize_returns=True, mlp_shared_torso=True)
+    assert shared.value_torso is None and separate.value_torso is not None
+    obs = torch.randn(20, 3)
+    _, value, hidden, _ = step_model(shared, obs)
+    # the value head reads the policy torso's features, in return units
+    features = shared.policy_torso(obs)
+    torch.testing.assert_close(hidden, features)
+    torch.testing.assert_close(value, shared._value(shared.baseline(features)).reshape(20))
+    n_torso = sum(p.numel() for p in separate.value_torso.parameters())
+    assert sum(p.numel() for p in separate.parameters()) - \
+        sum(p.numel() for p in shared.parameters()) == n_torso

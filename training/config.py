@@ -60,6 +60,7 @@ class Config:
     gradient_clip_by_norm_threshold: float
     hidden_size: int
     mlp_activation: str  # "tanh" or "relu"
+    mlp_shared_torso: bool
     log_std_init: float
     use_lstm: bool
     lstm_size: int
