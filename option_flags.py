@@ -90,8 +90,8 @@ flags.DEFINE_float("lr", None, "Initial learning rate; auto: 6e-4 pixels (Atari,
                    "MinAtar), 2e-3 vector.")
 flags.DEFINE_float("lr_end_value", None, "Learning rate at the end of the run (the "
                    "schedule decays from --lr to it over --environment_max_steps); auto: "
-                   "--lr (constant) for ppo agents on Atari, so the budget does not change "
-                   "the run, else 0.")
+                   "--lr (constant) for ppo agents on Atari and HalfCheetah, so the budget does "
+                   "not change the run, else 0.")
 flags.DEFINE_float("lr_decay_power", 1.0, "Power of the polynomial decay (1: linear).")
 flags.DEFINE_float("rmsprop_eps", 1e-5,
                    "RMSProp epsilon, added to the root of the mean square (torch). 1e-5 suits "
@@ -186,8 +186,9 @@ flags.DEFINE_integer("ppo_minibatches", None, "Minibatches per pass; at most --b
 flags.DEFINE_enum("ppo_shuffle", None, ["rollouts", "steps"],
                   "What a minibatch is made of: whole rollouts (Sample Factory's way; needed "
                   "by --use_lstm) or steps drawn from every rollout (CleanRL's and SB3's way, "
-                  "feed-forward only); auto: steps for Box2D discrete (LunarLander-v3), else "
-                  "rollouts.")
+                  "feed-forward only); auto: steps for ppo agents on Box2D discrete "
+                  "(LunarLander-v3), HalfCheetah and the continuous family (Box actions "
+                  "outside MuJoCo), else rollouts (MuJoCo included).")
 flags.DEFINE_float("ppo_clip", None, "ppo: clip of the probability ratio; auto: 0.1 pixels, "
                    "0.2 vector (CleanRL's Atari and CartPole values).")
 flags.DEFINE_float("ppo_value_clip", None, "Clip of the value change per batch in the value "
@@ -219,7 +220,8 @@ flags.DEFINE_float("value_loss_weight", None, "Weight of the baseline (value) lo
                    "0.5, 0.58096 for ppo on HalfCheetah.")
 flags.DEFINE_float("entropy_loss_weight", None, "Weight of the entropy bonus; auto: 0.01, but "
                    "0.03 for impala and 0 for the ppo agents on the vector family (CartPole...), "
-                   "0 on continuous actions (README: Runs that stay solved).")
+                   "0 on continuous actions but 4.0e-4 for ppo on HalfCheetah (README: Runs that "
+                   "stay solved, Continuous control).")
 _define_bool("clip_rewards", None, "Clip rewards for learning; auto: on for Atari, off else.")
 _define_bool("normalize_advantages", None,
              "impala: divide each batch's policy-gradient advantages by their std "

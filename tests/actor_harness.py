@@ -38,7 +38,7 @@ class Harness:
 
 @contextlib.contextmanager
 def actors(env_id=COUNTING, workers=1, envs=3, unroll=5, num_slots=None, seed=0, hidden=16,
-           max_restarts=0, store_features=False, lstm_size=0, reward_scale_gamma=0.0):
+           max_restarts=0, store_features=False, lstm_size=0, reward_scale_gamma=None):
     """Yields a Harness; the model's weights are published as version 0. With
     `store_features` the actors also write "features" (float16 [T+1, S, H]); with
     `lstm_size` the model has an LSTM core and they write "core_state"."""

@@ -114,3 +114,10 @@ def test_mlp_activation_and_log_std_init_reach_the_learners_model():
     assert "--mlp_activation=relu" in architecture_problem(plain_cfg, ckpt)
     shared_cfg = agent(mlp_activation="relu", mlp_shared_torso=True)[0]
     assert "--mlp_shared_torso" in architecture_problem(shared_cfg, ckpt)
+    assert architecture_problem(agent(mlp_activation="relu", log_std_init=0.5)[0], ckpt) is None
+    # a checkpoint saved before these flags existed resumes with what it had
+    old = {k: v for k, v in plain_cfg.to_dict().items()
+           if k not in ("mlp_activation", "log_std_init", "mlp_shared_torso", "queued_batches",
+                        "scale_rewards")}
+    ckpt = {**ckpt, "config": old, "model": plain.model.state_dict()}
+    assert architecture_problem(plain_cfg, ckpt) is None

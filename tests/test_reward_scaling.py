@@ -44,6 +44,7 @@ def test_an_actor_stores_gymnasiums_normalized_rewards_and_reports_raw_returns()
     # scaled, not raw: the last rollout's raw rewards are in the thousands
     assert np.abs(stored[-T:]).max() < 5 and stored[-T:].min() > 0
     # the episodes' returns are the raw rewards' sums: episode k pays 1000 k + 1..L_k
+    assert len(episodes) >= 4 * ENVS
     for k, (ret, length) in enumerate(episodes[:ENVS * 4:ENVS]):
         assert length == episode_length(k)
         assert ret == sum(1000.0 * k + i for i in range(1, length + 1))
@@ -54,5 +55,5 @@ def test_scale_rewards_reaches_the_actors_with_the_runs_gamma():
     info = env_info(env, EnvOptions())
     off, _ = make_config(default_values(env=env))
     on, _ = make_config(default_values(env=env, scale_rewards=True, gamma=0.97))
-    assert actor_config(off, info).reward_scale_gamma == 0.0
+    assert actor_config(off, info).reward_scale_gamma is None
     assert actor_config(on, info).reward_scale_gamma == 0.97

@@ -359,7 +359,7 @@ PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_polic
 # with this, not with today's auto default (an old Atari run was impala, unnormalised).
 SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False,
                 "use_lstm": False, "ppo_shuffle": "rollouts",
-                "mlp_activation": "tanh", "log_std_init": 0.0}
+                "mlp_activation": "tanh", "log_std_init": 0.0, "mlp_shared_torso": False}
 
 
 def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:

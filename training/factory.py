@@ -74,7 +74,7 @@ def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> Acto
         env_id=cfg.env, env_options=cfg.env_options(), envs_per_worker=cfg.envs_per_worker,
         unroll_length=cfg.r_f_steps, model=cfg.model_spec(info), seed=cfg.seed + 1,
         policy=policy, store_features=cfg.store_features,
-        reward_scale_gamma=cfg.gamma if cfg.scale_rewards else 0.0)
+        reward_scale_gamma=cfg.gamma if cfg.scale_rewards else None)
 
 
 def restore_replays(mixer: BatchMixer, cfg: Config, checkpoint: dict) -> list[str]:

@@ -27,7 +27,8 @@ class RunPlan:
     info: EnvInfo
     # field -> (shape [T+1, ...], dtype) of one rollout slot (workers/slots.py)
     spec: dict[str, tuple[tuple[int, ...], torch.dtype]]
-    # two rollouts' worth per env (held by the actors) and two batches
+    # one being written per env, then --queued_batches batches of finished rollouts, or
+    # (flag unset) one more per env and two batches
     num_slots: int
     slot_bytes: int  # of all slots together, in shared memory
     pixel_stack: int | None  # frames per stacked obs that replays store once; None: no stack

@@ -138,8 +138,8 @@ class ActorConfig:
     # spec must then have rollout_spec(..., feature_size=model.feature_size)
     store_features: bool = False
     # --scale_rewards: the stored rewards are divided by a running std of the
-    # discounted return with this gamma (wrappers/reward_scaling.py); 0: raw rewards
-    reward_scale_gamma: float = 0.0
+    # discounted return with this gamma (wrappers/reward_scaling.py); None: raw rewards
+    reward_scale_gamma: float | None = None
 
 
 def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
@@ -221,8 +221,8 @@ class Roller:
         self.policy.refresh()
         self.seconds = {"env": 0.0, "inference": 0.0, "wait": 0.0}
         n = cfg.envs_per_worker
-        self.scaler = RewardScaler(n, cfg.reward_scale_gamma) if cfg.reward_scale_gamma \
-            else None
+        self.scaler = None if cfg.reward_scale_gamma is None else \
+            RewardScaler(n, cfg.reward_scale_gamma)
         self.zeros_f = torch.zeros(n)
         zeros_b = torch.zeros(n, dtype=torch.bool)
         obs = torch.from_numpy(self.env.reset())

@@ -1,6 +1,6 @@
 """Reward scaling by a running estimate of the discounted return's std (`--scale_rewards`).
 
-CleanRL's and SB3's way (gymnasium's `NormalizeReward`, VecNormalize's `norm_reward`):
+CleanRL's way (gymnasium's `NormalizeReward`; SB3's VecNormalize `norm_reward` is alike):
 each env keeps its discounted return G <- gamma * G * (1 - terminated) + r, every
 step's G of all envs updates one running mean and variance (gymnasium's
 `RunningMeanStd`), and the reward is divided by sqrt(var + eps); the mean is not
