@@ -220,15 +220,16 @@ FAMILIES = (
     EnvFamily(
         # rl-baselines3-zoo tunes PPO per MuJoCo task (hyperparams/ppo.yml); its
         # HalfCheetah-v3 values: two 256-wide ReLU torsos, a first log-std of -2, 512
-        # steps a batch (8 rollouts of 64; 8 envs and one batch queued, so the policy
-        # lag is one update), 20 epochs of 8 minibatches of 64 steps drawn from all
-        # rollouts, a constant lr of 2.06e-5, clip 0.1, gamma 0.98, lambda 0.92.
+        # steps a batch (8 rollouts of 64; on 2 cores 2 actors x 4 envs and one batch
+        # queued, so the policy lag is one update), 20 epochs of 8 minibatches of 64
+        # steps drawn from all rollouts, a constant lr of 2.06e-5, clip 0.1, gamma 0.98,
+        # lambda 0.92.
         # HalfCheetah's median final mean-100 went from 1,658 to 5,208 and 3,000 from
         # never to 272k env steps (README: Continuous control); on Hopper the same
         # values stayed below 750 for 400k env steps, so they are this task's
         "half_cheetah", _is_half_cheetah, _check_gym, _make_gym, agent="ppo",
         ppo_constant_lr=True, defaults=CONTINUOUS,
-        ppo_defaults=dict(batch_size=8, r_f_steps=64, lr=2.0633e-5, hidden_size=256,
+        ppo_defaults=dict(batch_size=8, lr=2.0633e-5, hidden_size=256,
                           mlp_activation="relu", log_std_init=-2.0, envs_per_worker=4,
                           queued_batches=1, ppo_clip=0.1, entropy_loss_weight=0.000401762,
                           ppo_epochs=20, ppo_minibatches=8, ppo_shuffle="steps",
