@@ -87,14 +87,12 @@ flags.DEFINE_integer("batch_size", None, "Rollouts per learner batch; auto: 8 pi
 flags.DEFINE_integer("r_f_steps", None, "Rollout length T in env steps; auto: 20.")
 flags.DEFINE_enum("optimizer", None, ["rmsprop", "adam"], "auto: rmsprop pixels, adam vector.")
 flags.DEFINE_float("lr", None, "Initial learning rate; auto: 6e-4 pixels (Atari, "
-                   "MinAtar), 2e-3 vector (3e-3 for impala on the vector family).")
+                   "MinAtar), 2e-3 vector.")
 flags.DEFINE_float("lr_end_value", None, "Learning rate at the end of the run (the "
                    "schedule decays from --lr to it over --environment_max_steps); auto: "
                    "--lr (constant) for ppo agents on Atari and HalfCheetah, so the budget does "
                    "not change the run, else 0.")
-flags.DEFINE_float("lr_decay_power", None, "Power of the polynomial decay from --lr to "
-                   "--lr_end_value; auto: 1 (linear), 2 for impala on the vector family "
-                   "(CartPole...).")
+flags.DEFINE_float("lr_decay_power", 1.0, "Power of the polynomial decay (1: linear).")
 flags.DEFINE_float("rmsprop_eps", 1e-5,
                    "RMSProp epsilon, added to the root of the mean square (torch). 1e-5 suits "
                    "the losses here, means over T x B; IMPALA's 0.01 was for sums.")
@@ -212,9 +210,8 @@ flags.DEFINE_integer("impact_target_update", 1, "impact: refresh the target netw
                      "start of each batch, as PPO's old policy.")
 
 # --- V-trace and losses ----------------------------------------------------------
-flags.DEFINE_float("gamma", None, "Discount; auto: 0.99; 0.995 for impala on the vector "
-                   "family (CartPole...); 0.999 for ppo agents on Box2D discrete (SB3 zoo's "
-                   "LunarLander value); 0.98 for ppo agents on HalfCheetah.")
+flags.DEFINE_float("gamma", None, "Discount; auto: 0.99, 0.999 for ppo agents on Box2D "
+                   "discrete (SB3 zoo's LunarLander value).")
 flags.DEFINE_float("rho_const", 1.0, "rho_bar: clip of importance weights in the V-trace targets.")
 flags.DEFINE_float("pg_rho_const", 1.0, "Clip of importance weights in the policy gradient.")
 flags.DEFINE_float("c_const", 1.0, "c_bar: clip of the trace coefficients.")

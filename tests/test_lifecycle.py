@@ -130,7 +130,7 @@ def test_second_signal_exits_at_once_without_damaging_checkpoints(results):
 
 def test_resume_continues_counters_schedule_and_files(results):
     proc = start_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=60000",
-                      "--lr=0.004", "--hidden_size=32", f"--results_dir={results}")
+                      "--lr=0.003", "--hidden_size=32", f"--results_dir={results}")
     wait_for(lambda: learner_rows(results) >= 30, 60, "30 updates", proc)
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=30)
@@ -148,15 +148,15 @@ def test_resume_continues_counters_schedule_and_files(results):
     first = rows[saved["updates"]]
     assert int(first["updates"]) == saved["updates"] + 1
     assert int(first["env_steps"]) >= saved["env_steps"]
-    # flags saved in the checkpoint were used (lr 0.004, not the default 0.003) and the
-    # schedule went on, with the auto power of 2: lr = 0.004 * (1 - env_steps / 60000)^2
-    assert float(first["lr"]) == pytest.approx(
-        0.004 * (1 - int(first["env_steps"]) / 60000) ** 2, rel=1e-4)
+    # flags saved in the checkpoint were used (lr 0.003, not the default 0.002) and the
+    # schedule went on: lr = 0.003 * (1 - env_steps / 60000)
+    assert float(first["lr"]) == pytest.approx(0.003 * (1 - int(first["env_steps"]) / 60000),
+                                               rel=1e-4)
     final = json.load(open(os.path.join(d, "summary.json")))
     assert final["env_steps"] >= 60000 and final["updates"] == len(rows)
     episodes = list(csv.DictReader(open(os.path.join(d, "episodes.csv"))))
     assert len(episodes) == final["episodes"]
-    assert torch.load(os.path.join(d, "checkpoint.pt"), weights_only=False)["config"]["lr"] == 0.004
+    assert torch.load(os.path.join(d, "checkpoint.pt"), weights_only=False)["config"]["lr"] == 0.003
 
 
 def test_killed_actor_is_replaced_and_the_run_completes(results):
