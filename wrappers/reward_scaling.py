@@ -37,7 +37,3 @@ class RewardScaler:
         self.rms.update(self.returns)
         self.returns[terminated | truncated] = 0.0
         return (reward / np.sqrt(self.rms.var + self.epsilon)).astype(np.float32)
-
-    def std(self) -> float:
-        """The running std of the discounted return the rewards are divided by."""
-        return float(np.sqrt(self.rms.var + self.epsilon))
