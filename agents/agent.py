@@ -1,11 +1,23 @@
-"""The agent interface: a model, its optimizer and the training step the learner
-and the benchmarks all take; the learner knows no algorithm.
+"""The agent contract: networks, named optimizers and target networks, the model
+the actors act with, declared statistics, and a gradient pipeline. The learner
+knows no algorithm; an algorithm is a subclass in a file of its own, registered in
+`agents/registry.py`.
 
-`Agent.update(batch, progress)` moves the batch to the device, sets the learning
-rate of the schedule and calls the algorithm's `train`, which takes one or more
-optimizer steps through `Agent.step` (back-propagate, clip the global gradient
-norm, step) and returns statistics. An algorithm is a subclass in a file of its
-own: `agents/impala.py` (`--agent=impala`), `agents/ppo.py` (`ppo`, `truly_ppo`).
+`Agent.update(batch, progress)` moves the batch to the device, sets each
+optimizer's learning rate from its own schedule and calls the algorithm's
+`train`, which takes one or more optimizer steps through `Agent.step`:
+
+    zero_grad -> backward -> reduce (identity; the all-reduce of data-parallel
+    learners) -> clip the global gradient norm -> apply (optimizer.step)
+
+(RLlib's compute / postprocess / apply gradients). `train` returns statistics whose
+names `stat_names()` declares; learner.csv, TensorBoard and the status line take
+their columns from it, and an undeclared one is an error, never silently dropped.
+
+An agent may hold several optimizers (`add_optimizer`, by name: "main" is the
+model's) and target networks (`add_target`, frozen copies it refreshes itself).
+`acting_model` is what is published to the actors and the evaluator: the policy
+(today the whole actor-critic; for SAC-like agents the actor alone).
 
 Batch: dict of tensors `[T+1, B, ...]` (see `workers/slots.py`): obs (uint8 or
 float32), action int64 (float32 [.., A] for Box actions), logits float32 [.., P] (the
@@ -17,8 +29,10 @@ field (the replays' "features", "version") is left on the CPU, unread.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -29,6 +43,9 @@ from agents.normalize import update_inputs
 # fields the losses read; the rest of a batch stays where it is
 LOSS_FIELDS = ("obs", "action", "logits", "value", "reward", "done", "truncated",
                "bootstrap_value", "core_state", "replayed")
+
+# what `update` adds to every algorithm's statistics
+UPDATE_STATS = ("lr", "step_over_lr")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +58,18 @@ class OptimConfig:
     rmsprop_alpha: float = 0.99
     adam_eps: float = 1e-8
     max_grad_norm: float = 0.0  # global gradient-norm clip; 0: off
+
+    @classmethod
+    def of(cls, cfg) -> OptimConfig:
+        """From a run's flags (`training.config.Config`, or anything with its names)."""
+        return cls(optimizer=cfg.optimizer, lr=cfg.lr, lr_end_value=cfg.lr_end_value,
+                   lr_decay_power=cfg.lr_decay_power, rmsprop_eps=cfg.rmsprop_eps,
+                   rmsprop_alpha=cfg.rmsprop_alpha, adam_eps=cfg.adam_eps,
+                   max_grad_norm=cfg.gradient_clip_by_norm_threshold)
+
+    def lr_at(self, progress: float) -> float:
+        """The learning rate at `progress` (0 to 1) of the run."""
+        return polynomial_lr(self.lr, self.lr_end_value, progress, self.lr_decay_power)
 
 
 def build_optimizer(
@@ -61,45 +90,91 @@ def polynomial_lr(lr: float, lr_end: float, progress: float, power: float = 1.0)
     return (lr - lr_end) * (1.0 - progress) ** power + lr_end
 
 
+def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    return [p for group in optimizer.param_groups for p in group["params"]]
+
+
 class Agent:
-    """A model on `device` and its optimizer. Subclasses give `train`: one or more
-    optimizer steps on a batch, each through `step`."""
+    """A model on `device`, its named optimizers ("main": the model's, with `optim`)
+    and target networks. Subclasses give `train` (one or more optimizer steps on a
+    batch, each through `step`) and `stat_names` (the statistics `train` returns)."""
+
+    # the status line's losses: (label, statistic, format)
+    STATUS: tuple[tuple[str, str, str], ...] = (
+        ("pg", "policy_loss", "+.3f"), ("v", "value_loss", ".3f"), ("ent", "entropy", ".3f"))
 
     def __init__(self, model: nn.Module, optim: OptimConfig, device: torch.device):
         self.model = model.to(device)
         self.optim = optim
         self.device = device
-        self.optimizer = build_optimizer(self.model.parameters(), optim.optimizer, optim.lr,
-                                         optim.rmsprop_eps, optim.rmsprop_alpha, optim.adam_eps)
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.schedules: dict[str, OptimConfig] = {}
+        self.target_networks: dict[str, nn.Module] = {}
+        # the gradient pipeline's reduce step: params -> None, in place on their .grad
+        self.reduce: Callable[[list[torch.Tensor]], None] = lambda params: None
+        self.add_optimizer("main", self.model.parameters(), optim)
 
+    # --- declarations ----------------------------------------------------------------
+    def add_optimizer(self, name: str, params: Iterable[torch.Tensor], optim: OptimConfig
+                      ) -> torch.optim.Optimizer:
+        """An optimizer of `params` with its own learning-rate schedule and clip."""
+        self.optimizers[name] = build_optimizer(params, optim.optimizer, optim.lr,
+                                                optim.rmsprop_eps, optim.rmsprop_alpha,
+                                                optim.adam_eps)
+        self.schedules[name] = optim
+        return self.optimizers[name]
+
+    def add_target(self, name: str, source: nn.Module) -> nn.Module:
+        """A frozen copy of `source`, saved and restored with the agent."""
+        self.target_networks[name] = copy.deepcopy(source).requires_grad_(False)
+        return self.target_networks[name]
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The model's optimizer ("main")."""
+        return self.optimizers["main"]
+
+    @property
+    def acting_model(self) -> nn.Module:
+        """What the actors and the evaluator act with (published as weights)."""
+        return self.model
+
+    def stat_names(self) -> tuple[str, ...]:
+        """The names of the statistics `update` returns (`train`'s and UPDATE_STATS)."""
+        raise NotImplementedError
+
+    # --- training ----------------------------------------------------------------------
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         """The algorithm's optimizer steps on a batch on `device`; its statistics."""
         raise NotImplementedError
 
-    def step(self, loss: torch.Tensor) -> float:
-        """Back-propagate `loss`, clip the global gradient norm, step the optimizer;
-        returns the norm before clipping."""
-        self.optimizer.zero_grad(set_to_none=True)
+    def step(self, loss: torch.Tensor, name: str = "main") -> float:
+        """The gradient pipeline of optimizer `name`: back-propagate `loss`, reduce the
+        gradients (`self.reduce`), clip their global norm, apply; returns the norm
+        before clipping."""
+        optimizer = self.optimizers[name]
+        params = _params(optimizer)
+        optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norm = nn.utils.clip_grad_norm_(self.model.parameters(),
-                                        self.optim.max_grad_norm or math.inf)
-        self.optimizer.step()
+        self.reduce(params)
+        norm = nn.utils.clip_grad_norm_(params, self.schedules[name].max_grad_norm or math.inf)
+        optimizer.step()
         return float(norm)
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
-        1) of the learning-rate schedule, after folding its observations (rows
+        1) of the learning-rate schedules, after folding its observations (rows
         0..T-1) into the model's input statistics, if it normalises inputs.
-        Statistics: the algorithm's, plus lr and step_over_lr, the RMS of the
-        parameter change of the whole update over lr:
+        Statistics: the algorithm's, plus lr (the main optimizer's) and step_over_lr,
+        the RMS of the model's parameter change of the whole update over lr:
         about 1 per normalised RMSProp/Adam step, far below 1 where eps dominates the
         denominator."""
-        o = self.optim
         batch = {k: batch[k].to(self.device, non_blocking=True)
                  for k in LOSS_FIELDS if k in batch}
-        lr = polynomial_lr(o.lr, o.lr_end_value, progress, o.lr_decay_power)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        for name, optimizer in self.optimizers.items():
+            for group in optimizer.param_groups:
+                group["lr"] = self.schedules[name].lr_at(progress)
+        lr = self.schedules["main"].lr_at(progress)
         update_inputs(self.model, batch["obs"][:-1])
         before = parameters_to_vector(self.model.parameters()).detach().clone()
         stats = self.train(batch)
@@ -108,9 +183,18 @@ class Agent:
         stats.update(lr=lr, step_over_lr=step_over_lr)
         return stats
 
+    # --- checkpoints -------------------------------------------------------------------
     def state_dict(self) -> dict:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """{"model", "optimizers": {name: state}, "targets": {name: state}}."""
+        return {"model": self.model.state_dict(),
+                "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                "targets": {k: t.state_dict() for k, t in self.target_networks.items()}}
 
     def load_state_dict(self, state: dict) -> None:
+        """`state_dict`'s; a checkpoint of format 1 (one "optimizer") is converted
+        by `training.checkpoint.upgrade` before it gets here."""
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        for name, target in self.target_networks.items():
+            target.load_state_dict(state["targets"][name])

@@ -27,15 +27,13 @@ replays: `--replays=standard` trains on each fresh rollout twice on average.
 
 from __future__ import annotations
 
-import copy
-
 import torch
 from torch import nn
 
 from agents.agent import OptimConfig
 from agents.networks import unroll_start
 from agents.normalize import update_returns
-from agents.ppo import PPOAgent, PPOConfig
+from agents.ppo import PPOAgent, PPOConfig, ppo_config
 
 
 class ImpactAgent(PPOAgent):
@@ -49,16 +47,22 @@ class ImpactAgent(PPOAgent):
                              f"'vtrace', got {cfg.advantage!r}")
         super().__init__(model, cfg, optim, device, seed)
         self.target_update = target_update
-        self.target = copy.deepcopy(self.model).requires_grad_(False)
+        self.target = self.add_target("impact", self.model)
         self.updates = 0  # learner updates so far; the target is refreshed before some
 
+    @classmethod
+    def from_config(cls, model: nn.Module, cfg, device: torch.device) -> ImpactAgent:
+        return cls(model, ppo_config(cfg), OptimConfig.of(cfg), device, seed=cfg.seed,
+                   target_update=cfg.impact_target_update)
+
+    def stat_names(self) -> tuple[str, ...]:
+        return (*super().stat_names(), "kl_target_behaviour")
+
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "impact_target": self.target.state_dict(),
-                "impact_updates": self.updates}
+        return {**super().state_dict(), "impact_updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
-        self.target.load_state_dict(state["impact_target"])
         self.updates = state["impact_updates"]
 
     @torch.no_grad()

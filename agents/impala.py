@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from agents import vtrace
-from agents.agent import Agent, OptimConfig
+from agents.agent import UPDATE_STATS, Agent, OptimConfig
 from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
 
@@ -41,6 +41,11 @@ class LossConfig:
     # entropy weight means the same whatever the scale of the rewards; their mean is
     # not subtracted (`scale_advantages`)
     normalize_advantages: bool = False
+
+
+# what `impala_loss` returns, always (masked_fraction and the CLEAR terms when on)
+IMPALA_STATS = ("policy_loss", "value_loss", "entropy", "mean_rho", "kl", "adv_mean",
+                "adv_std", "vs_mean", "value_mean", "explained_variance")
 
 
 def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
@@ -207,6 +212,20 @@ class ImpalaAgent(Agent):
                  device: torch.device):
         super().__init__(model, optim, device)
         self.loss_cfg = loss
+
+    @classmethod
+    def from_config(cls, model: nn.Module, cfg, device: torch.device) -> ImpalaAgent:
+        """From a run's flags (`training.config.Config`)."""
+        return cls(model, LossConfig(**{f.name: getattr(cfg, f.name)
+                                        for f in dataclasses.fields(LossConfig)}),
+                   OptimConfig.of(cfg), device)
+
+    def stat_names(self) -> tuple[str, ...]:
+        c = self.loss_cfg
+        return (*IMPALA_STATS, "grad_norm", *UPDATE_STATS,
+                *(("masked_fraction",) if c.kl_div_threshold > 0 else ()),
+                *(("policy_cloning", "value_cloning") if c.clear_policy_cloning_weight > 0
+                  or c.clear_value_cloning_weight > 0 else ()))
 
     def train(self, batch):
         loss, stats = impala_loss(self.model, batch, self.loss_cfg)

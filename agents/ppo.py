@@ -47,7 +47,7 @@ import torch
 from torch import nn
 
 from agents import vtrace
-from agents.agent import Agent, OptimConfig
+from agents.agent import UPDATE_STATS, Agent, OptimConfig
 from agents.impala import explained_variance, transition_targets
 from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
@@ -72,6 +72,24 @@ class PPOConfig:
     truly: bool = False  # truly_ppo's rollback objective instead of the clip
     kl_delta: float = 0.0008  # truly_ppo: the trust region's KL bound
     kl_alpha: float = 20.0  # truly_ppo: the rollback's slope
+
+
+def ppo_config(cfg) -> PPOConfig:
+    """The PPOConfig of a run's flags (`training.config.Config`)."""
+    return PPOConfig(
+        gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, advantage=cfg.ppo_advantage,
+        clip=cfg.ppo_clip, value_clip=cfg.ppo_value_clip, epochs=cfg.ppo_epochs,
+        minibatches=cfg.ppo_minibatches, shuffle=cfg.ppo_shuffle,
+        value_loss_weight=cfg.value_loss_weight,
+        entropy_loss_weight=cfg.entropy_loss_weight, clip_rewards=cfg.clip_rewards,
+        reward_clipping_method=cfg.reward_clipping_method, rho_const=cfg.rho_const,
+        c_const=cfg.c_const, truly=cfg.agent == "truly_ppo", kl_delta=cfg.truly_ppo_delta,
+        kl_alpha=cfg.truly_ppo_alpha)
+
+
+# what `PPOAgent.train` returns
+PPO_STATS = ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "mean_rho",
+             "grad_norm", "adv_mean", "adv_std", "vs_mean", "value_mean", "explained_variance")
 
 
 def gae(rewards: torch.Tensor, discounts: torch.Tensor, values: torch.Tensor,
@@ -122,6 +140,14 @@ class PPOAgent(Agent):
         super().__init__(model, optim, device)
         self.cfg = cfg
         self.generator = torch.Generator().manual_seed(seed)
+
+    @classmethod
+    def from_config(cls, model: nn.Module, cfg, device: torch.device) -> PPOAgent:
+        """From a run's flags (`training.config.Config`): ppo, or truly_ppo's rollback."""
+        return cls(model, ppo_config(cfg), OptimConfig.of(cfg), device, seed=cfg.seed)
+
+    def stat_names(self) -> tuple[str, ...]:
+        return PPO_STATS + UPDATE_STATS
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "ppo_generator": self.generator.get_state()}

@@ -45,7 +45,7 @@ sys.path.insert(0, ROOT)
 
 from option_flags import default_values  # noqa: E402
 from training.config import Config, make_config, resolve_device  # noqa: E402
-from training.factory import build_learner, make_agent  # noqa: E402
+from training.factory import build_driver, make_agent  # noqa: E402
 from training.plan import make_plan  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
 from workers.actor import ModelPolicy, RandomPolicy  # noqa: E402
@@ -197,16 +197,17 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
     and rollouts taken from Ray's object store."""
     with tempfile.TemporaryDirectory() as tmp:
         run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False)
-        learner = build_learner(cfg, make_plan(cfg, info), run,
-                                policy=ModelPolicy if train else RandomPolicy)
+        driver = build_driver(cfg, make_plan(cfg, info), run,
+                              policy=ModelPolicy if train else RandomPolicy)
         if not train:
-            learner.mixer = DiscardingMixer(learner.mixer)
+            for learner in driver.learners:
+                learner.mixer = DiscardingMixer(learner.mixer)
         try:
-            learner.run(max_env_steps=steps)
-            t_end, steps_end = time.time(), learner.counters.env_steps
+            driver.run(max_env_steps=steps)
+            t_end, steps_end = time.time(), driver.counters.env_steps
             if wire is not None:
-                wire.update(bytes=learner.actors.bytes_total,
-                            rollouts=learner.actors.rollouts_total)
+                wire.update(bytes=driver.actors.bytes_total,
+                            rollouts=driver.actors.rollouts_total)
         finally:
             learner.close()
             run.close()

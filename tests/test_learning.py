@@ -43,6 +43,7 @@ import torch
 
 from agents.networks import build_model, step_model
 from tests.conftest import run_main
+from training.checkpoint import acting_weights
 
 OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
 SERIAL = ("--serial", "--learner_threads=1", "--seed=0", "--eval_interval=0")
@@ -61,7 +62,7 @@ def test_short_corridor_reaches_optimal_stochastic_policy(results):
     cfg = ckpt["config"]
     model = build_model((1,), 2, cfg["hidden_size"], cfg["normalize_input"],
                         cfg["normalize_returns"])
-    model.load_state_dict(ckpt["model"])
+    model.load_state_dict(acting_weights(ckpt))
     with torch.no_grad():
         logits, _, _, _ = step_model(model, torch.ones(1, 1))
     p_right = torch.softmax(logits, -1)[0, 1].item()

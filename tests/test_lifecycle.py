@@ -210,7 +210,7 @@ def test_resumed_learner_takes_the_same_step_as_the_uninterrupted_one(tmp_path):
     after a resume: env states and rollouts in flight are not checkpointed.)"""
     from option_flags import default_values
     from training.config import make_config
-    from training.factory import build_learner
+    from training.factory import build_driver
     from training.plan import make_plan
     from training.run_dir import RunDir
 
@@ -230,23 +230,23 @@ def test_resumed_learner_takes_the_same_step_as_the_uninterrupted_one(tmp_path):
                 "version": torch.zeros(t1, b, dtype=torch.int64)}
 
     plan = make_plan(cfg)
-    original = build_learner(cfg, plan, RunDir(str(tmp_path), cfg.env, cfg.to_dict(),
-                                               echo=False))
+    original = build_driver(cfg, plan, RunDir(str(tmp_path), cfg.env, cfg.to_dict(),
+                                              echo=False))
     for k in range(3):
         original.counters.env_steps += 640
-        original._update(batch(k))
-    restored = build_learner(cfg, plan, RunDir(str(tmp_path / "b"), cfg.env, cfg.to_dict(),
-                                               echo=False),
-                             checkpoint=load_checkpoint(original.save()))
+        original._update(original.learners[0], batch(k))
+    restored = build_driver(cfg, plan, RunDir(str(tmp_path / "b"), cfg.env, cfg.to_dict(),
+                                              echo=False),
+                            checkpoint=load_checkpoint(original.save()))
     assert restored.counters.resumes == original.counters.resumes + 1
     restored.counters.resumes = original.counters.resumes  # the one difference
     assert restored.counters == original.counters
-    for learner in (original, restored):
-        learner.counters.env_steps += 640
-        learner._update(batch(99))
+    for driver in (original, restored):
+        driver.counters.env_steps += 640
+        driver._update(driver.learners[0], batch(99))
     assert original.report.last_stats == restored.report.last_stats
-    for p, q in zip(original.agent.model.parameters(), restored.agent.model.parameters(),
-                    strict=True):
+    for p, q in zip(original.learners[0].agent.model.parameters(),
+                    restored.learners[0].agent.model.parameters(), strict=True):
         assert torch.equal(p, q)
 
 

@@ -154,16 +154,20 @@ def test_a_resume_must_keep_every_architecture_flag():
     saved = cfg(use_lstm=True, lstm_size=8)
     model = ModelSpec((4,), 2, saved.hidden_size, normalize_returns=saved.normalize_returns,
                       use_lstm=True, lstm_size=8).build()
+    def weights(state: dict) -> list[dict]:  # a checkpoint's policies (format 2)
+        return [{"agent": {"model": state}}]
+
     ckpt = {"env_info": {"obs_shape": [4], "num_actions": 2}, "config": saved.to_dict(),
-            "model": model.state_dict()}
+            "policies": weights(model.state_dict())}
     assert architecture_problem(cfg(use_lstm=True, lstm_size=8), ckpt) is None
     assert "--lstm_size=8" in architecture_problem(cfg(use_lstm=True, lstm_size=16), ckpt)
     assert "--use_lstm=True" in architecture_problem(cfg(), ckpt)
     # without the core its width is not read: any --lstm_size resumes a feed-forward run
-    ff = {**ckpt, "config": cfg().to_dict(),
-          "model": ModelSpec((4,), 2, saved.hidden_size,
-                             normalize_returns=saved.normalize_returns).build().state_dict()}
+    ff_model = ModelSpec((4,), 2, saved.hidden_size,
+                         normalize_returns=saved.normalize_returns).build().state_dict()
+    ff = {**ckpt, "config": cfg().to_dict(), "policies": weights(ff_model)}
     assert architecture_problem(cfg(lstm_size=16), ff) is None
     # weights that do not fit the flags' model, whatever the flags say: refused, named
-    odd = {**ff, "model": {k: v for k, v in ff["model"].items() if "value_torso" not in k}}
+    odd = {**ff, "policies": weights({k: v for k, v in ff_model.items()
+                                      if "value_torso" not in k})}
     assert "--load_model_url" in architecture_problem(cfg(), odd)

@@ -12,7 +12,7 @@ from option_flags import default_values
 from replay.config import ReplaySpec
 from tests.conftest import run_main
 from training.config import config_fields, make_config
-from training.factory import build_learner
+from training.factory import build_driver
 from training.plan import make_plan
 from training.run_dir import RunDir
 
@@ -50,10 +50,10 @@ def test_plan_sizes_are_what_the_run_allocates(tmp_path):
     assert plan.spec["features"][0] == (cfg.r_f_steps + 1, 16)  # the custom entry reads them
     assert plan.pixel_stack is None and plan.info.obs_shape == (4,)
     run = RunDir(str(tmp_path), cfg.env, cfg.to_dict(), echo=False)
-    learner = build_learner(cfg, plan, run)
+    learner = build_driver(cfg, plan, run)
     try:
         assert learner.slots.buffers["obs"].shape[1] == plan.num_slots
-        assert [r.stored_bytes() for r in learner.mixer.replays] == list(plan.replay_bytes)
+        assert [r.stored_bytes() for r in learner.learners[0].mixer.replays] == list(plan.replay_bytes)
         assert plan.replay_bytes[0] == 0 and min(plan.replay_bytes[1:]) > 0
     finally:
         learner.close()

@@ -19,10 +19,10 @@ from replay.config import match_saved_states, parse_replay_parameters
 from replay.storage import RolloutStorage
 from training.checkpoint import load_checkpoint, save_checkpoint, start_branch
 from training.config import make_config
-from training.factory import build_learner
+from training.factory import build_driver
 from training.plan import make_plan
 from training.run_dir import RunDir, cut_events
-from workers.pool import FinishedRollout, actor_seed
+from workers.actor_pool import FinishedRollout, actor_seed
 from wrappers.envs import EnvInfo
 
 QUEUE = '{"type": "queue", "capacity": 1, "sample_ratio": %s}'
@@ -38,8 +38,8 @@ def config(**flags):
 
 
 def learner_for(cfg, path, checkpoint=None):
-    return build_learner(cfg, make_plan(cfg), RunDir(str(path), cfg.env, cfg.to_dict(),
-                                                     echo=False), checkpoint=checkpoint)
+    return build_driver(cfg, make_plan(cfg), RunDir(str(path), cfg.env, cfg.to_dict(),
+                                                    echo=False), checkpoint=checkpoint)
 
 
 def feed(learner, n: int) -> None:
@@ -49,7 +49,7 @@ def feed(learner, n: int) -> None:
         for v in learner.slots.buffers.values():
             if v.dtype.is_floating_point:
                 v[:, i] = torch.randn(v[:, i].shape)
-        learner.mixer.add(i)
+        learner.learners[0].mixer.add(i)
 
 
 def replays(*entries: str) -> str:
@@ -102,7 +102,7 @@ def test_changed_replay_parameters_resume_with_empty_or_kept_replays(tmp_path, n
     checkpoint = load_checkpoint(original.save())
     cfg = config(replay_parameters=new, checkpoint_replay=True, **flags)
     resumed = learner_for(cfg, tmp_path / "b", checkpoint)
-    assert [len(r) for r in resumed.mixer.replays] == kept
+    assert [len(r) for r in resumed.learners[0].mixer.replays] == kept
     log = open(glob.glob(str(tmp_path / "b" / "*" / "run.log"))[0]).read()
     for i, n in enumerate(kept):
         line = next(ln for ln in log.splitlines() if f"resume: replay {i} " in ln)
@@ -171,10 +171,10 @@ def test_a_resumed_run_counts_its_resumes_and_seeds_its_actors_by_them(tmp_path)
 def test_ppo_minibatch_order_goes_on_after_a_resume(tmp_path):
     cfg = config(agent="ppo")
     first = learner_for(cfg, tmp_path / "a")
-    torch.randperm(8, generator=first.agent.generator)  # the original drew once
+    torch.randperm(8, generator=first.learners[0].agent.generator)  # the original drew once
     resumed = learner_for(cfg, tmp_path / "b", load_checkpoint(first.save()))
-    assert torch.equal(torch.randperm(8, generator=first.agent.generator),
-                       torch.randperm(8, generator=resumed.agent.generator))
+    assert torch.equal(torch.randperm(8, generator=first.learners[0].agent.generator),
+                       torch.randperm(8, generator=resumed.learners[0].agent.generator))
 
 
 # --- 4. a resume from an older checkpoint starts a branch ---------------------------------------
@@ -240,7 +240,7 @@ def test_frame_pool_holds_live_resumed_and_restarted_chains():
 def test_drops_are_logged_and_in_the_summary(tmp_path):
     learner = learner_for(config(replay_parameters=replays(QUEUE % 0.5, STANDARD % (100, 0.5))),
                           tmp_path)
-    learner.mixer.replays[1].dropped = 3
+    learner.learners[0].mixer.replays[1].dropped = 3
     learner.status()
     run = learner.report.run_dir.path
     assert "replay 1 (standard, uniform" in open(os.path.join(run, "run.log")).read()

@@ -9,12 +9,17 @@ at most a stray `*.tmp` file. A resume from an older numbered checkpoint starts 
 branch (`start_branch`): the later checkpoints move to `superseded/`.
 
 A checkpoint is a dict saved with torch.save:
-    format_version, config (dict), model, optimizer (ppo: its minibatch generator
-    too), counters (env_steps, updates, episodes, wall_time, resumes), recent_returns,
-    best_mean_return_100, saved_at (unix time), rng (torch, numpy, python; cuda where
-    used: `rng_state`), replays (one state dict per --replay_parameters entry:
-    sampling counters and lambda, and the stored rollouts only with
-    --checkpoint_replay), env_info.
+    format_version (2), config (dict), counters (env_steps, updates, episodes,
+    wall_time, resumes, evaluations), recent_returns, best_mean_return_100,
+    last_eval, best_eval, saved_at (unix time), rng (torch, numpy, python; cuda where
+    used: `rng_state`), env_info, and policies: one dict per policy (its
+    `training.policy_learner.PolicyLearner.state_dict`): agent (the agent's
+    state_dict: model, optimizers by name, targets by name, and what the algorithm
+    keeps: ppo's minibatch generator, impact's update count), replays (one state dict
+    per --replay_parameters entry: sampling counters and lambda, and the stored
+    rollouts only with --checkpoint_replay).
+`load_checkpoint` converts a checkpoint of format 1 (one policy whose agent's parts
+lay at the top level) with `upgrade`, so runs saved before resume and test.
 """
 
 from __future__ import annotations
@@ -29,7 +34,9 @@ import torch
 
 from training.files import atomic_write, fsync_path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# format 1's top-level keys that were the agent's state (impact's target under its own key)
+_AGENT_KEYS_V1 = ("model", "optimizer", "ppo_generator", "impact_target", "impact_updates")
 LATEST = "checkpoint.pt"
 _NUMBERED = re.compile(r"checkpoint_(\d+)\.pt$")
 
@@ -97,9 +104,29 @@ def load_checkpoint(url: str) -> dict:
         raise CheckpointError(
             f"{path} is not a readable checkpoint (truncated or corrupt): {e}"
         ) from e
-    if not isinstance(state, dict) or state.get("format_version") != FORMAT_VERSION:
-        raise CheckpointError(f"{path} is not a checkpoint of format {FORMAT_VERSION}")
+    if not isinstance(state, dict) or state.get("format_version") not in (1, FORMAT_VERSION):
+        raise CheckpointError(f"{path} is not a checkpoint of format 1 or {FORMAT_VERSION}")
+    return upgrade(state)
+
+
+def upgrade(state: dict) -> dict:
+    """A checkpoint of format 1 as format 2 (one policy); a format-2 one as it is."""
+    if state["format_version"] == FORMAT_VERSION:
+        return state
+    state = dict(state)
+    old = {k: state.pop(k) for k in _AGENT_KEYS_V1 if k in state}
+    agent = {"model": old.pop("model"), "optimizers": {"main": old.pop("optimizer")},
+             "targets": {}, **old}
+    if "impact_target" in agent:
+        agent["targets"]["impact"] = agent.pop("impact_target")
+    state["policies"] = [{"agent": agent, "replays": state.pop("replays", [])}]
+    state["format_version"] = FORMAT_VERSION
     return state
+
+
+def acting_weights(state: dict, policy_id: int = 0) -> dict:
+    """The state dict of the model policy `policy_id` of a checkpoint acts with."""
+    return state["policies"][policy_id]["agent"]["model"]
 
 
 def rng_state() -> dict:

@@ -22,6 +22,7 @@ import torch
 
 from agents.impala import LossConfig
 from agents.networks import ModelSpec
+from agents.registry import AGENTS, flag_readers
 from replay.config import ReplaySpec, parse_replay_parameters
 from replay.presets import PRESETS
 from wrappers.envs import EnvInfo, EnvOptions, check_env_id, family_of
@@ -162,14 +163,6 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-# flags that only one family of --agent reads: giving one to another agent is an error
-PPO_ONLY = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
-            "ppo_advantage", "ppo_shuffle")
-TRULY_PPO_ONLY = ("truly_ppo_delta", "truly_ppo_alpha")
-IMPALA_ONLY = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
-               "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
-
-
 RAY_ONLY = ("ray_address", "max_policy_lag", "ray_weights_every", "ray_in_flight")
 
 
@@ -178,10 +171,7 @@ def _ignored_flags(values: dict, given: set[str]) -> list[str]:
     --use_lstm would silently ignore."""
     problems = []
     for chooser, readers in (
-            ("agent", {**dict.fromkeys(PPO_ONLY, ("ppo", "truly_ppo", "impact")),
-                       **dict.fromkeys(TRULY_PPO_ONLY, ("truly_ppo",)),
-                       "impact_target_update": ("impact",),
-                       **dict.fromkeys(IMPALA_ONLY, ("impala",))}),
+            ("agent", flag_readers()),
             ("backend", dict.fromkeys(RAY_ONLY, ("ray",))),
             ("use_lstm", {"lstm_size": ("true",)})):
         chosen = values.get(chooser)
@@ -221,11 +211,14 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     family = family_of(v["env"])
     if v.get("agent") is None:
         v["agent"] = family.agent
+    if v["agent"] not in AGENTS:
+        return None, [f"--agent: unknown agent {v['agent']!r}; one of {', '.join(AGENTS)}"]
+    agent = AGENTS[v["agent"]]
     errors: list[str] = _ignored_flags(v, set(given))
     if env_problem:
         errors.append(f"--env: {env_problem}")
-    ppo = v["agent"] != "impala"
-    family_values = family.auto_values(v["agent"])
+    ppo = agent.family_defaults == "ppo"
+    family_values = {**agent.defaults, **family.auto_values(agent.family_defaults)}
     auto = {name for name in family_values if v.get(name) is None}
     for name in auto:
         v[name] = family_values[name]
@@ -234,8 +227,6 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given
         per_rollout = (v["r_f_steps"] or 1) if v["ppo_shuffle"] == "steps" else 1
         v["ppo_minibatches"] = min(v["ppo_minibatches"], v["batch_size"] * per_rollout)
-    if v.get("adam_eps") is None:
-        v["adam_eps"] = 1e-5 if ppo else 1e-8
     if v.get("ppo_value_clip") is None:  # the paper's 0.1 is for Atari's clipped rewards
         v["ppo_value_clip"] = 0.1 if v["agent"] == "truly_ppo" and v["clip_rewards"] else 0.0
     if v.get("eval_interval") is None:  # 20 evaluations over the run
@@ -296,14 +287,15 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
         if not 0 <= v[name] <= 1:
             errors.append(f"--{name}: must be in [0, 1], got {v[name]}")
     steps = v["ppo_shuffle"] == "steps"
-    if ppo and not steps and 0 < v["batch_size"] < v["ppo_minibatches"]:
+    minibatches = "ppo_minibatches" in agent.flags  # the ppo loop's
+    if minibatches and not steps and 0 < v["batch_size"] < v["ppo_minibatches"]:
         errors.append(f"--ppo_minibatches: {v['ppo_minibatches']} minibatches of whole rollouts "
                       f"need --batch_size >= {v['ppo_minibatches']}, got {v['batch_size']}")
-    if ppo and steps and 0 < v["batch_size"] * v["r_f_steps"] < v["ppo_minibatches"]:
+    if minibatches and steps and 0 < v["batch_size"] * v["r_f_steps"] < v["ppo_minibatches"]:
         errors.append(f"--ppo_minibatches: {v['ppo_minibatches']} minibatches of steps need "
                       f"--batch_size x --r_f_steps >= {v['ppo_minibatches']}, got "
                       f"{v['batch_size'] * v['r_f_steps']}")
-    if ppo and steps and v.get("use_lstm"):
+    if minibatches and steps and v.get("use_lstm"):
         errors.append("--ppo_shuffle: minibatches of steps break the rollouts an LSTM "
                       "unrolls over; pass --ppo_shuffle=rollouts or leave out --use_lstm")
     for name in ("rho_const", "pg_rho_const", "c_const", "rmsprop_eps"):

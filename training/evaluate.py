@@ -21,6 +21,7 @@ import torch
 import torch.multiprocessing as mp
 
 from agents.networks import ModelSpec
+from training.checkpoint import acting_weights
 from training.config import SAVED_BEFORE, Config, env_options
 from training.run_dir import RunDir
 from workers.evaluator import play
@@ -58,7 +59,7 @@ def evaluate(cfg: Config, ckpt: dict, stop_requested) -> int:
     if cfg.render:
         results += _render_games(cfg, ckpt, run, greedy, min(3, len(quotas[0])))
         quotas[0] = quotas[0][len(results):]
-    jobs = [(ckpt["model"], info, trained, cfg.env, min(len(q), cfg.envs_per_worker), len(q),
+    jobs = [(acting_weights(ckpt), info, trained, cfg.env, min(len(q), cfg.envs_per_worker), len(q),
              greedy, cfg.seed + 7919 * (i + 1)) for i, q in enumerate(quotas) if len(q)]
     results += _play_in_parallel(jobs, stop_requested, run.log)
     return _write_results(cfg, run, results, info)
@@ -84,7 +85,7 @@ def _render_games(cfg: Config, ckpt: dict, run: RunDir, greedy: bool, games: int
     """Play `games` games on one env, shown or recorded."""
     info, trained = ckpt["env_info"], ckpt["config"]
     model = trained_model(info, trained)
-    model.load_state_dict(ckpt["model"])
+    model.load_state_dict(acting_weights(ckpt))
     model.eval()
     path = None if has_display() else run.file("test_video.mp4")
     scale = 4 if len(info["obs_shape"]) == 3 else 1

@@ -36,9 +36,13 @@ class Report:
     """Counters and returns of a run, and everything written about them."""
 
     def __init__(self, run: RunDir, env: str, frames_per_step: int, max_env_steps: int,
-                 state: dict | None = None):
-        """`state`: a checkpoint's (counters, recent returns, best mean) to go on from."""
+                 state: dict | None = None,
+                 status_stats: tuple[tuple[str, str, str], ...] = ()):
+        """`state`: a checkpoint's (counters, recent returns, best mean) to go on from;
+        `status_stats`: the agent's statistics on the status line, (label, name,
+        format) each (`agents.agent.Agent.STATUS`)."""
         self.run_dir = run
+        self.status_stats = status_stats
         self.log = run.log
         self.env = env
         self.frames_per_step = frames_per_step
@@ -186,8 +190,8 @@ class Report:
         mean = self.mean_return()
         s = self.last_stats
         lag = self.pipeline.lag()
-        losses = (f"pg {s['policy_loss']:+.3f} v {s['value_loss']:.3f} ent {s['entropy']:.3f}"
-                  if s else "no update yet")
+        losses = " ".join(f"{label} {s[name]:{fmt}}" for label, name, fmt in self.status_stats
+                          if name in s) if s else "no update yet"
         bar, eta = metrics.progress(c.env_steps, self.max_env_steps,
                                     (self.fps or self.mean_fps()) / self.frames_per_step,
                                     sys.stdout.isatty())

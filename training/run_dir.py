@@ -3,6 +3,8 @@
     flags.json      the full Config of the run
     episodes.csv    env_steps,frames,episode_return,episode_length,wall_time
     learner.csv     updates,env_steps,frames,fps,policy_loss,value_loss,entropy,lr,...
+                    (LEARNER_COLUMNS, then the agent's statistics not among them:
+                    `open_learner`)
     events.out.tfevents.*   TensorBoard scalars (training/metrics.py)
     summary.json    counters and returns, rewritten as the run goes
     run.log         the log (status lines included)
@@ -31,6 +33,8 @@ from training.files import atomic_write, atomic_write_text, fsync_path
 EVAL_COLUMNS = ["env_steps", "frames", "weights_version", "mean", "std", "min", "max",
                 "episodes", "wall_time"]
 EPISODE_COLUMNS = ["env_steps", "frames", "episode_return", "episode_length", "wall_time"]
+# learner.csv's first columns, whatever the agent (files written before an agent
+# declared its statistics have them); an agent's statistics not among them follow
 LEARNER_COLUMNS = ["updates", "env_steps", "frames", "fps", "policy_loss", "value_loss",
                    "entropy", "lr", "mean_rho", "grad_norm",
                    # pipeline figures, added at the end (older files lack them)
@@ -78,9 +82,19 @@ class RunDir:
                 cut_events(events, *keep_events)
         atomic_write_text(self.file("flags.json"), json.dumps(config, indent=2, sort_keys=True))
         self._episodes_f, self.episodes = self._open_csv("episodes.csv", EPISODE_COLUMNS)
-        self._learner_f, self.learner = self._open_csv("learner.csv", LEARNER_COLUMNS)
         self._eval_f, self.eval = self._open_csv("eval.csv", EVAL_COLUMNS)
+        self._learner_f = self.learner = None  # `open_learner`
         self.log = _make_logger(self.file("run.log"), echo)
+
+    def open_learner(self, stat_names: tuple[str, ...]) -> None:
+        """Open learner.csv for rows of the agent's statistics `stat_names` (its
+        `stat_names()`) and the learner's columns; a row with a field the header lacks
+        is an error (csv's ValueError), never silently dropped."""
+        columns = LEARNER_COLUMNS + [s for s in stat_names if s not in LEARNER_COLUMNS]
+        self._learner_f, self.learner = self._open_csv("learner.csv", columns)
+
+    def _files(self) -> list:
+        return [f for f in (self._episodes_f, self._learner_f, self._eval_f) if f is not None]
 
     def _open_csv(self, name: str, columns: list[str]):
         path = self.file(name)
@@ -88,7 +102,7 @@ class RunDir:
         if not fresh:
             _extend_header(path, columns)
         f = open(path, "a", newline="")
-        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        writer = csv.DictWriter(f, columns)
         if fresh:
             writer.writeheader()
         return f, writer
@@ -102,19 +116,17 @@ class RunDir:
     def flush(self, sync: bool = False) -> None:
         """Flush the CSVs; with `sync`, fsync them, the log and the TensorBoard events
         too (flush those first: `training.report.Report.flush`)."""
-        self._episodes_f.flush()
-        self._learner_f.flush()
-        self._eval_f.flush()
+        for f in self._files():
+            f.flush()
         if sync:
-            for f in (self._episodes_f, self._learner_f, self._eval_f):
+            for f in self._files():
                 os.fsync(f.fileno())
             for path in [self.file("run.log"), *glob.glob(self.file("events.out.tfevents.*"))]:
                 fsync_path(path)
 
     def close(self) -> None:
-        self._episodes_f.close()
-        self._learner_f.close()
-        self._eval_f.close()
+        for f in self._files():
+            f.close()
         for h in list(self.log.handlers):
             h.close()
             self.log.removeHandler(h)

@@ -14,13 +14,13 @@ import os
 import sys
 
 from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
-from training.checkpoint import resolve_checkpoint_path, start_branch
+from training.checkpoint import acting_weights, resolve_checkpoint_path, start_branch
 from training.config import SAVED_BEFORE, Config
-from training.factory import build_learner
+from training.factory import build_driver
 from training.plan import RunPlan, check_memory, make_plan
 from training.run_dir import RunDir
 from training.signals import StopSignal
-from workers.pool import ActorFailure
+from workers.actor_pool import ActorFailure
 
 # Settings a resumed (all) or tested (the first two) agent must share with its
 # checkpoint, besides the architecture (`architecture_problem`).
@@ -45,7 +45,7 @@ def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
         if getattr(mine, name) != getattr(theirs, name):
             return _changed(name, saved.get(name))
     expected = {k: tuple(v.shape) for k, v in mine.build().state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in checkpoint["model"].items()}
+    found = {k: tuple(v.shape) for k, v in acting_weights(checkpoint).items()}
     if expected != found:
         odd = sorted(set(expected.items()) ^ set(found.items()))[:3]
         return (f"--load_model_url: the checkpoint's model does not fit the one these flags "
@@ -100,11 +100,11 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
                              f"off, moved to superseded/: {', '.join(superseded)}")
     else:
         run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
-    learner = None
+    driver = None
     status = 0
     try:
-        learner = build_learner(cfg, plan, run_dir, checkpoint)
-        learner.run(stop_requested=stop)
+        driver = build_driver(cfg, plan, run_dir, checkpoint)
+        driver.run(stop_requested=stop)
         if stop():
             run_dir.log.info("stop requested: stopping the actors and saving a checkpoint")
     except ActorFailure as e:
@@ -114,10 +114,10 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
         run_dir.log.exception("the learner failed; saving what it can")
         status = 1
     finally:
-        if learner is not None:
-            learner.close()
-            path = learner.save()
-            run_dir.write_summary(learner.summary())
+        if driver is not None:
+            driver.close()
+            path = driver.save()
+            run_dir.write_summary(driver.summary())
             run_dir.log.info(f"checkpoint saved: {os.path.abspath(path)}")
         run_dir.flush()
         run_dir.close()

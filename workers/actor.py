@@ -140,6 +140,8 @@ class ActorConfig:
     # --scale_rewards: the stored rewards are divided by a running std of the
     # discounted return with this gamma (wrappers/reward_scaling.py); None: raw rewards
     reward_scale_gamma: float | None = None
+    # the policy whose weights it acts with; its rollouts carry it to that policy's learner
+    policy_id: int = 0
 
 
 def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
@@ -288,6 +290,7 @@ def _actor_loop(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messa
             slots = torch.tensor(taken, dtype=torch.int64)
             episodes = roller.rollout(
                 lambda t, row, slots=slots: write_row(buffers, t, slots, row))
-            messages.send(RolloutDone(tuple(taken), episodes, roller.take_seconds()))
+            messages.send(RolloutDone(tuple(taken), episodes, roller.take_seconds(),
+                                      cfg.policy_id))
     finally:
         roller.close()

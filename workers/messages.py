@@ -25,11 +25,13 @@ class RolloutDone(NamedTuple):
         seconds: {"env": s, "inference": s, "wait": s}, float seconds the actor spent
             since its previous message stepping envs, in forward passes and waiting
             for slots.
+        policy_id: the policy that acted (`ActorConfig.policy_id`).
     """
 
     indices: tuple[int, ...]
     episodes: list[tuple[float, int]]
     seconds: dict[str, float]
+    policy_id: int = 0
 
 
 class ActorError(NamedTuple):

@@ -4,8 +4,8 @@ Each actor has two pipes of its own: `grants` (learner -> actor: lists of free
 slot indices) and `messages` (actor -> learner: the typed messages of
 workers/messages.py, a `RolloutDone` per finished rollout with its episodes and
 the actor's time split, or an `ActorError`). `poll()` and `close()` hand the
-learner each finished rollout as a `FinishedRollout` (slot indices, episodes);
-the time splits are summed in `actor_seconds` until `take_actor_seconds()`.
+driver each finished rollout as a `FinishedRollout` (workers/actor_pool.py, the
+contract every pool keeps).
 The learner keeps the ledger of which slots each actor holds, so when an actor
 dies (an exception, or SIGKILL) its slots are reclaimed exactly and a new actor
 takes its place with a fresh seed (`actor_seed`); after `max_restarts` deaths the run is
@@ -18,38 +18,12 @@ import dataclasses
 import signal
 import time
 from multiprocessing import connection
-from typing import NamedTuple
 
 import torch
 
 from workers.actor import ActorConfig, run_actor
+from workers.actor_pool import ActorFailure, ActorPoolBase, FinishedRollout, actor_seed
 from workers.messages import ActorError, RolloutDone
-
-
-class ActorFailure(RuntimeError):
-    pass
-
-
-class FinishedRollout(NamedTuple):
-    """A rollout an actor finished, as the pool hands it to the learner.
-
-    Attributes:
-        indices: slot indices into the SlotPool (ints, one per env of the actor);
-            rows 0..T of each (every field, `[T+1, ...]` per slot) are written, and
-            the slots now belong to the receiver, who must release them.
-        episodes: (return float, length int) of each episode that ended during it.
-    """
-
-    indices: tuple[int, ...]
-    episodes: list[tuple[float, int]]
-
-
-def actor_seed(seed: int, actor_id: int, incarnation: int, resumes: int) -> int:
-    """The seed of an actor's envs and action sampling: different for every actor, each
-    of its restarts (incarnation) and each resume of the run, so no random stream is
-    replayed (distinct while actor_id < 99 and incarnation < 999; its envs take
-    seed + k)."""
-    return seed + 10_007 * actor_id + 1_000_003 * incarnation + 1_000_000_007 * resumes
 
 
 @dataclasses.dataclass
@@ -74,25 +48,23 @@ def _describe_exit(code: int | None) -> str:
     return f"exited with code {code}"
 
 
-class ActorPool:
+class ActorPool(ActorPoolBase):
     def __init__(self, ctx, cfg: ActorConfig, worker_count: int, slots, weights, log,
                  max_restarts: int = 3, resumes: int = 0):
         """`resumes`: how many times the run was resumed; actor seeds differ by it."""
+        super().__init__(log)
         self.ctx = ctx
         self.resumes = resumes
         self.cfg = cfg
         self.slots = slots
         self.weights = weights
-        self.log = log
         self.max_restarts = max_restarts
-        self.restarts = 0
         self._pending: list[FinishedRollout] = []
         self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         # each actor keeps one rollout's slots in hand and one in reserve
         self.target_held = 2 * cfg.envs_per_worker
         self.worker_count = worker_count
         self.actors: list[_Actor] = []
-        self.actor_seconds: dict[str, float] = {}  # summed since take_actor_seconds()
 
     def start(self) -> None:
         self.actors = [self._spawn(i, 0) for i in range(self.worker_count)]
@@ -146,10 +118,9 @@ class ActorPool:
             while a.messages.poll():
                 msg = a.messages.recv()
                 if isinstance(msg, RolloutDone):
-                    for k, v in msg.seconds.items():
-                        self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
+                    self.count_seconds(msg.seconds)
                     a.held.difference_update(msg.indices)
-                    out.append(FinishedRollout(msg.indices, msg.episodes))
+                    out.append(FinishedRollout(msg.indices, msg.episodes, msg.policy_id))
                 elif isinstance(msg, ActorError):
                     a.error = msg.traceback
         except (EOFError, OSError):
@@ -180,16 +151,6 @@ class ActorPool:
             a.grants.close()
             a.messages.close()
             self.actors[i] = self._spawn(a.actor_id, a.incarnation + 1)
-
-    def take_actor_seconds(self) -> dict[str, float]:
-        """Seconds the actors spent per category ("env", "inference", "wait") since the
-        previous call, summed over actors."""
-        out, self.actor_seconds = self.actor_seconds, {}
-        return out
-
-    def stats(self) -> dict[str, float]:
-        """Backend scalars for TensorBoard (the Ray pool's; none here)."""
-        return {}
 
     def pids(self) -> list[int | None]:
         """The current actor processes' pids, by actor id."""

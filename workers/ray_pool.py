@@ -37,8 +37,8 @@ import numpy as np
 import torch
 
 from workers.actor import ActorConfig, Roller
+from workers.actor_pool import ActorFailure, ActorPoolBase, FinishedRollout, actor_seed
 from workers.codec import pack_frames, unpack_frames
-from workers.pool import ActorFailure, FinishedRollout, actor_seed
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -149,8 +149,9 @@ def init_ray(address: str, num_cpus: int, log) -> bool:
     return True
 
 
-class RayActorPool:
-    """`workers.pool.ActorPool`'s interface over Ray actors (see the module docstring)."""
+class RayActorPool(ActorPoolBase):
+    """The actor-pool contract (workers/actor_pool.py) over Ray actors (see the module
+    docstring)."""
 
     def __init__(self, cfg: ActorConfig, worker_count: int, slots, spec: dict,
                  weights: RayWeights, log, max_restarts: int = 3, resumes: int = 0,
@@ -158,25 +159,23 @@ class RayActorPool:
                  in_flight: int = 1):
         """`spec`: the slots' field -> (shape [T+1, ...], dtype) (`training.plan.RunPlan`);
         `pixel_stack`: C where obs are stacked frames (sent once each), else None."""
+        super().__init__(log)
         self.cfg = cfg
         self.spec = spec
         self.worker_count = worker_count
         self.slots = slots
         self.weights = weights
-        self.log = log
         self.max_restarts = max_restarts
         self.resumes = resumes
         self.address = address
         self.max_policy_lag = max_policy_lag
         self.pixel_stack = pixel_stack
         self.in_flight_per_actor = in_flight
-        self.restarts = 0
         self.stale_dropped = 0  # rollouts over max_policy_lag
         self.bytes_received = 0  # since the last `stats()`
         self.bytes_total = 0  # rollout bytes taken from the object store, and rollouts
         self.rollouts_total = 0
         self._stats_at = time.time()
-        self.actor_seconds: dict[str, float] = {}
         self.actors: list = []
         self.in_flight: dict = {}  # ObjectRef -> actor index
         self._retry: list[tuple[float, int]] = []  # (when, actor index) to send again
@@ -257,8 +256,7 @@ class RayActorPool:
         self.bytes_received += size
         self.bytes_total += size
         self.rollouts_total += 1
-        for k, v in result["seconds"].items():
-            self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
+        self.count_seconds(result["seconds"])
         oldest = int(fields["version"][:-1].min())
         if self.max_policy_lag and self.weights.version - oldest > self.max_policy_lag:
             self.stale_dropped += 1
@@ -272,7 +270,7 @@ class RayActorPool:
             warnings.simplefilter("ignore", UserWarning)
             for name, buffer in self.slots.buffers.items():
                 buffer.index_copy_(1, index, torch.from_numpy(np.ascontiguousarray(fields[name])))
-        return FinishedRollout(tuple(taken), result["episodes"])
+        return FinishedRollout(tuple(taken), result["episodes"], self.cfg.policy_id)
 
     def _lost(self, i: int, cause: str, restart: bool) -> None:
         """Count a death of actor `i` (ActorFailure past `max_restarts`), and send its
@@ -290,17 +288,8 @@ class RayActorPool:
             self._pids[i] = None  # the new process is not another death
         self._retry.append((time.time() + 0.5, i))
 
-    # --- watching ----------------------------------------------------------------------
-    def check(self) -> None:
-        """Nothing to do: a lost actor shows up as an error of its request in `poll`."""
-
-    def take_actor_seconds(self) -> dict[str, float]:
-        out, self.actor_seconds = self.actor_seconds, {}
-        return out
-
-    def pids(self) -> list[int | None]:
-        return []  # Ray actors are not our processes; Ray watches them
-
+    # --- watching (a lost actor shows up as an error of its request in `poll`; Ray
+    # actors are not our processes, so they have no pids here) ------------------------
     def stats(self) -> dict[str, float]:
         """`pipeline/` scalars since the previous call: rollout bytes per second taken
         from the object store, and the rollouts dropped for their policy lag so far."""

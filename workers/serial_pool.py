@@ -11,7 +11,7 @@ learner trains on what came back before the next `poll()`.
 Weights are pulled at the start of each rollout from the `SharedWeights` the
 learner just published, so the policy lag is fixed by the schedule, not by timing.
 
-It has the interface of `workers.pool.ActorPool`; an actor that raises raises in
+It keeps the contract of `workers/actor_pool.py`; an actor that raises raises in
 the learner (the run saves a checkpoint and exits 1), so there are no restarts.
 """
 
@@ -23,31 +23,26 @@ import time
 import torch
 
 from workers.actor import ActorConfig, Roller, write_row
-from workers.pool import FinishedRollout, actor_seed
+from workers.actor_pool import ActorPoolBase, FinishedRollout, actor_seed
 
 
-class SerialActorPool:
+class SerialActorPool(ActorPoolBase):
     def __init__(self, cfg: ActorConfig, worker_count: int, slots, weights, log,
                  resumes: int = 0):
+        super().__init__(log)
         self.cfg = cfg
         self.worker_count = worker_count
         self.slots = slots
         self.weights = weights
-        self.log = log
         self.resumes = resumes
-        self.restarts = 0
         self.rollers: list[Roller] = []
         self.next_actor = 0  # where the next poll starts its round
-        self.actor_seconds: dict[str, float] = {}
 
     def start(self) -> None:
         self.rollers = [
             Roller(dataclasses.replace(
                 self.cfg, seed=actor_seed(self.cfg.seed, i, 0, self.resumes)), self.weights)
             for i in range(self.worker_count)]
-
-    def grant(self) -> None:
-        """Nothing to hand out ahead: `poll` takes the slots of each rollout."""
 
     def poll(self, timeout: float = 0.05) -> list[FinishedRollout]:
         """Nothing with `timeout` 0 (the learner has a batch to train on first); else one
@@ -64,26 +59,11 @@ class SerialActorPool:
             index = torch.tensor(taken, dtype=torch.int64)
             episodes = roller.rollout(
                 lambda t, row, index=index: write_row(self.slots.buffers, t, index, row))
-            for k, v in roller.take_seconds().items():
-                self.actor_seconds[k] = self.actor_seconds.get(k, 0.0) + v
-            out.append(FinishedRollout(tuple(taken), episodes))
+            self.count_seconds(roller.take_seconds())
+            out.append(FinishedRollout(tuple(taken), episodes, self.cfg.policy_id))
         if not out:
             time.sleep(min(timeout, 0.01))
         return out
-
-    def check(self) -> None:
-        """No processes to watch."""
-
-    def take_actor_seconds(self) -> dict[str, float]:
-        out, self.actor_seconds = self.actor_seconds, {}
-        return out
-
-    def stats(self) -> dict[str, float]:
-        return {}
-
-    def pids(self) -> list[int | None]:
-        """No actor processes: their work shows in the learner's figures."""
-        return []
 
     def close(self, timeout: float = 10.0) -> list[FinishedRollout]:
         """Close the envs; nothing is in flight between polls."""

@@ -79,10 +79,11 @@ class EnvFamily:
     emulator_frames: bool = False
     ppo_constant_lr: bool = False  # ppo agents keep --lr (auto --lr_end_value = --lr)
 
-    def auto_values(self, agent: str) -> dict[str, object]:
-        """The auto flag values for `agent`: ppo agents' own before the family's, the
-        family's before those every family shares (`COMMON`)."""
-        return {**COMMON, **self.defaults, **(self.ppo_defaults if agent != "impala" else {})}
+    def auto_values(self, kind: str) -> dict[str, object]:
+        """The auto flag values for an agent of `kind` ("impala" or "ppo": its
+        `agents.registry.AGENTS` entry's family_defaults): ppo agents' own before the
+        family's, the family's before those every family shares (`COMMON`)."""
+        return {**COMMON, **self.defaults, **(self.ppo_defaults if kind == "ppo" else {})}
 
 
 # auto values every family has unless its entry says otherwise

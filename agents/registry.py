@@ -1,0 +1,75 @@
+"""The agent registry: one table from `--agent` to everything the rest of the
+platform needs to know about an algorithm.
+
+    entry = AGENTS[cfg.agent]
+    model = entry.build_model(model_spec(info, cfg.to_dict()))
+    agent = entry.cls.from_config(model, cfg, device)
+
+A new agent is one file in `agents/` (a subclass of `agents.agent.Agent` with a
+`from_config` class method and `stat_names`) plus one entry here. The flags only
+some agents read are listed by the entries that read them: `training/config.py`
+refuses such a flag given to another agent. An env family keeps auto values for two
+kinds of agent (`wrappers.envs.EnvFamily.auto_values`): an entry names the kind it
+takes (`family_defaults`). An `--agent` that is not here is an error, never a
+silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+
+from torch import nn
+
+from agents.agent import Agent
+from agents.impact import ImpactAgent
+from agents.impala import ImpalaAgent
+from agents.networks import ModelSpec
+from agents.ppo import PPOAgent
+
+# the flags of the ppo family's loop (agents/ppo.py), and those of one agent alone
+PPO_FLAGS = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
+             "ppo_advantage", "ppo_shuffle")
+TRULY_PPO_FLAGS = ("truly_ppo_delta", "truly_ppo_alpha")
+IMPALA_FLAGS = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
+                "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
+IMPACT_FLAGS = ("impact_target_update",)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentEntry:
+    cls: type[Agent]  # has from_config(model, cfg, device)
+    flags: tuple[str, ...]  # the agent-specific flags it reads
+    family_defaults: str  # which of an env family's auto tables it takes: "impala" or "ppo"
+    defaults: Mapping[str, object]  # its auto flag values on every env family
+    # action kind of the env (EnvInfo.action_kind) -> its policy's distribution
+    # (a key of agents.distributions.DISTRIBUTIONS); a kind not here is refused
+    distributions: Mapping[str, str] = dataclasses.field(
+        default_factory=lambda: {"discrete": "discrete", "box": "box"})
+    build_model: Callable[[ModelSpec], nn.Module] = ModelSpec.build
+
+
+AGENTS: dict[str, AgentEntry] = {
+    "impala": AgentEntry(ImpalaAgent, IMPALA_FLAGS, "impala", {"adam_eps": 1e-8}),
+    "ppo": AgentEntry(PPOAgent, PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
+    "truly_ppo": AgentEntry(PPOAgent, PPO_FLAGS + TRULY_PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
+    "impact": AgentEntry(ImpactAgent, PPO_FLAGS + IMPACT_FLAGS, "ppo", {"adam_eps": 1e-5}),
+}
+
+
+def flag_readers() -> dict[str, tuple[str, ...]]:
+    """Agent-specific flag -> the agents that read it."""
+    readers: dict[str, tuple[str, ...]] = {}
+    for name, entry in AGENTS.items():
+        for flag in entry.flags:
+            readers[flag] = (*readers.get(flag, ()), name)
+    return readers
+
+
+def model_spec(info: dict, flags: dict) -> ModelSpec:
+    """The spec of the model `flags["agent"]` trains for an env's `info` (`EnvInfo` as
+    a dict): `ModelSpec.of`, with the agent's distribution for the env's actions."""
+    spec = ModelSpec.of(info, flags)
+    entry = AGENTS[flags["agent"]]
+    return dataclasses.replace(spec, action_kind=entry.distributions[spec.action_kind])
+

@@ -1,0 +1,90 @@
+"""One policy's learning: its agent, its replays (the batch mixer), the publication of
+its weights to the actors, its update count, and its part of a checkpoint.
+
+The driver (training/driver.py) routes each finished rollout to the learner of its
+`policy_id`, asks its pacer when to train, and passes the run's progress (the
+learning-rate schedules' 0 to 1). Today a run has one policy (id 0); several
+policies are several learners on the same actors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from agents.agent import Agent
+from replay.mixer import BatchMixer, Prefetcher
+from training import metrics
+from workers.actor_pool import FinishedRollout
+
+
+class PolicyLearner:
+    """`policy_id`'s agent, replays and weights; `updates` counts its optimizer
+    updates (batches), the version of the weights it publishes."""
+
+    def __init__(self, policy_id: int, agent: Agent, mixer: BatchMixer, weights,
+                 updates: int = 0):
+        self.policy_id = policy_id
+        self.agent = agent
+        self.mixer = mixer
+        self.weights = weights
+        self.updates = updates
+        self.prefetcher: Prefetcher | None = None
+
+    def start(self, caching: bool, cache_size: int) -> None:
+        """With `caching`, batches are prepared ahead by a background thread."""
+        self.mixer.set_updates(self.updates)
+        if caching:
+            self.prefetcher = Prefetcher(self.mixer, cache_size,
+                                         pin_memory=self.agent.device.type == "cuda")
+
+    def publish(self) -> None:
+        """Offer the acting model's weights to the actors, as version `updates`."""
+        self.weights.publish(self.agent.acting_model, self.updates)
+
+    # --- data --------------------------------------------------------------------------
+    def receive(self, rollout: FinishedRollout) -> None:
+        """Offer a finished rollout's slots to the replays (which free them)."""
+        for i in rollout.indices:
+            self.mixer.add(i)
+
+    def ready(self) -> bool:
+        """Whether a batch can be had now."""
+        if self.prefetcher is not None:
+            return not self.prefetcher.batches.empty()
+        return self.mixer.ready()
+
+    def next_batch(self) -> dict[str, torch.Tensor] | None:
+        """A batch `[T+1, B, ...]` if one is ready, else None."""
+        if self.prefetcher is not None:
+            return self.prefetcher.get(timeout=0.0)
+        return self.mixer.sample() if self.mixer.ready() else None
+
+    # --- training ----------------------------------------------------------------------
+    def train(self, batch: dict[str, torch.Tensor], progress: float
+              ) -> tuple[dict[str, float], tuple[float, float]]:
+        """One update on `batch` at `progress` of the run, then publish the weights.
+        Returns the agent's statistics and the batch's policy lag (mean, max) in
+        updates."""
+        lag = metrics.policy_lag(batch["version"], self.updates)
+        stats = self.agent.update(batch, progress)
+        self.updates += 1
+        self.mixer.set_updates(self.updates)  # the clock of the replays' schedules
+        self.publish()
+        return stats, lag
+
+    # --- reporting, checkpoints, stopping ----------------------------------------------
+    def replay_dropped(self) -> list[int]:
+        """Per replay: rollouts its frame pool had no room for, so far."""
+        return [int(r.stats().get("dropped", 0)) for r in self.mixer.replays]
+
+    def state_dict(self, include_replay_data: bool) -> dict:
+        """This policy's part of a checkpoint (training/checkpoint.py)."""
+        return {"agent": self.agent.state_dict(), "updates": self.updates,
+                "replays": self.mixer.state_dict(include_data=include_replay_data)}
+
+    def close(self) -> int:
+        """Stop preparing batches and free every slot the replays still hold; returns
+        how many rollouts were received but never trained on."""
+        if self.prefetcher is not None:
+            self.prefetcher.close()
+        return self.mixer.release_all()
