@@ -53,7 +53,8 @@ def test_plan_sizes_are_what_the_run_allocates(tmp_path):
     learner = build_driver(cfg, plan, run)
     try:
         assert learner.slots.buffers["obs"].shape[1] == plan.num_slots
-        assert [r.stored_bytes() for r in learner.learners[0].mixer.replays] == list(plan.replay_bytes)
+        replays = learner.learners[0].mixer.replays
+        assert [r.stored_bytes() for r in replays] == list(plan.replay_bytes)
         assert plan.replay_bytes[0] == 0 and min(plan.replay_bytes[1:]) > 0
     finally:
         learner.close()
