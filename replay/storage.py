@@ -341,16 +341,27 @@ class RolloutStorage:
 
     # ------------------------------------------------------------------ reading
 
-    def get(self, positions, rows=None, fields=None) -> dict[str, torch.Tensor]:
+    def get(self, positions, rows=None, fields=None, starts=None, length: int | None = None
+            ) -> dict[str, torch.Tensor]:
         """The rollouts at `positions` (int64 [n]) as a batch `[T+1, n, ...]` (a copy).
 
         `rows` (int64 [R], optional) keeps only those time rows (`[R, n, ...]`), and
         `fields` only those fields: what a distance needs, without copying the rest.
-        Raises IndexError for a position out of range or never written.
+        `starts` (int64 [n], optional, instead of `rows`) with `length` L takes a window
+        of L+1 rows per column, rows starts[i]..starts[i]+L of rollout i (`[L+1, n,
+        ...]`): what a sampler of n-step transitions reads (starts[i] + L <= T).
+        Raises IndexError for a position out of range or never written, or a window
+        past the rollout's end.
         """
         positions = torch.as_tensor(positions, dtype=torch.int64).reshape(-1)
         n = positions.numel()
         rows_np = None if rows is None else torch.as_tensor(rows, dtype=torch.int64).numpy()
+        if starts is not None:  # rows per column: [L+1, n]
+            starts_np = torch.as_tensor(starts, dtype=torch.int64).reshape(1, -1).numpy()
+            if n and (starts_np.min() < 0 or starts_np.max() + length > self.unroll_length):
+                raise IndexError(f"windows of {length} steps must start in "
+                                 f"0..{self.unroll_length - length}")
+            rows_np = starts_np + np.arange(length + 1)[:, None]
         n_rows = self.unroll_length + 1 if rows_np is None else len(rows_np)
         with self._lock:
             if n and (int(positions.min()) < 0 or int(positions.max()) >= self.capacity):
@@ -358,19 +369,29 @@ class RolloutStorage:
             if not bool(self._resident[positions].all()):
                 bad = positions[~self._resident[positions]].tolist()
                 raise IndexError(f"positions {bad} were never written")
+            cols = positions.numpy() if rows_np is None or rows_np.ndim == 1 \
+                else positions.numpy()[None]
             out = {}
             for name in self._specs if fields is None else fields:
                 if name == "obs" and self.pixel_stack is not None:
                     # numpy's single-threaded take: torch's threads stall on a busy machine
-                    index = self._index_np if rows_np is None else self._index_np[rows_np]
-                    ent = index[:, positions.numpy()]  # [R, n, C] int32
+                    if rows_np is None:
+                        ent = self._index_np[:, cols]  # [R, n, C] int32
+                    elif rows_np.ndim == 1:
+                        ent = self._index_np[rows_np][:, cols]
+                    else:
+                        ent = self._index_np[rows_np, cols]
                     frames = torch.from_numpy(np.take(self._pool_np, ent.reshape(-1), axis=0))
                     out[name] = frames.view(self._pool.dtype).view(
                         n_rows, n, self.pixel_stack, *self.frame_shape)
                 else:
                     buf = self._buffers[name]
-                    out[name] = buf.index_select(1, positions) if rows_np is None else \
-                        buf[torch.from_numpy(rows_np)[:, None], positions]  # one gather
+                    if rows_np is None:
+                        out[name] = buf.index_select(1, positions)
+                    elif rows_np.ndim == 1:
+                        out[name] = buf[torch.from_numpy(rows_np)[:, None], positions]
+                    else:  # one gather
+                        out[name] = buf[torch.from_numpy(rows_np), positions[None]]
         return out
 
     def __len__(self) -> int:

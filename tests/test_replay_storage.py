@@ -165,6 +165,18 @@ def assert_rows_match(s: RolloutStorage, positions: list[int], rows: list[int]) 
     assert set(part) == {"obs", "logits"}
     for name, value in part.items():
         assert torch.equal(value, whole[name][rows])
+    # windows of L+1 rows from a start per column (what an n-step sampler reads)
+    t = s.unroll_length
+    for length in (1, t):
+        starts = torch.tensor([(3 * k) % (t - length + 1) for k in range(len(positions))])
+        window = s.get(torch.tensor(positions), starts=starts, length=length)
+        assert set(window) == set(whole)
+        for name, value in window.items():
+            assert value.shape == (length + 1, len(positions), *whole[name].shape[2:])
+            for k, start in enumerate(starts.tolist()):
+                assert torch.equal(value[:, k], whole[name][start:start + length + 1, k])
+    with pytest.raises(IndexError, match="windows of"):
+        s.get(torch.tensor(positions[:1]), starts=torch.tensor([t]), length=1)
 
 
 def test_consecutive_rollouts_share_frames_and_fifo_never_runs_out():
