@@ -161,11 +161,15 @@ class Agent:
         optimizer.step()
         return float(norm)
 
+    def observe(self, obs: torch.Tensor) -> None:
+        """Fold fresh observations [T, n, *obs_shape] (uint8 or float32, any device:
+        rows 0..T-1 of rollouts as they arrive, each once, never a replayed one) into
+        the model's input statistics, if it normalises inputs."""
+        update_inputs(self.model, obs.to(self.device, non_blocking=True))
+
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
-        1) of the learning-rate schedules, after folding its observations (rows
-        0..T-1) into the model's input statistics, if it normalises inputs.
-        Statistics: the algorithm's, plus lr (the main optimizer's) and step_over_lr,
+        1) of the learning-rate schedules. Statistics: the algorithm's, plus lr (the main optimizer's) and step_over_lr,
         the RMS of the model's parameter change of the whole update over lr:
         about 1 per normalised RMSProp/Adam step, far below 1 where eps dominates the
         denominator."""
@@ -175,7 +179,6 @@ class Agent:
             for group in optimizer.param_groups:
                 group["lr"] = self.schedules[name].lr_at(progress)
         lr = self.schedules["main"].lr_at(progress)
-        update_inputs(self.model, batch["obs"][:-1])
         before = parameters_to_vector(self.model.parameters()).detach().clone()
         stats = self.train(batch)
         change = parameters_to_vector(self.model.parameters()).detach() - before

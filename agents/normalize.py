@@ -7,10 +7,11 @@ the same, whatever batch it came in). Its statistics are buffers of the model
 that owns it, so they travel with the weights to the actors (`workers/weights.py`)
 and into checkpoints: the actors act on the statistics the learner trains with.
 
-The learner alone updates them, once per batch (inputs before the losses; the
-return statistics before ppo's epochs, and after impala's loss is formed, from its
-V-trace targets):
-- inputs: the batch's observations; the model then sees
+The learner alone updates them: the inputs from each rollout as it arrives
+(`agents.agent.Agent.observe`, rows 0..T-1 once each, never a replayed rollout);
+the return statistics once per batch (before ppo's epochs, and after impala's loss
+is formed, from its V-trace targets):
+- inputs: the fresh observations; the model then sees
   clamp((x - mean) / sqrt(var + eps), -clip, clip), per element of the
   observation (per pixel of the scaled frame stack on Atari);
 - returns: the batch's value targets; the value head then predicts

@@ -92,18 +92,44 @@ def test_actors_receive_the_statistics_with_the_weights():
         torch.testing.assert_close(step_model(actor, obs), step_model(learner, obs))
 
 
-def test_an_update_folds_in_rows_0_to_T_minus_1_once():
-    model = build_model((3,), 2, 8, normalize_input=True)
-    agent = PPOAgent(model, PPOConfig(epochs=1, minibatches=1), OptimConfig(optimizer="adam"),
-                     torch.device("cpu"))
-    t, b = 4, 2
-    obs = torch.arange((t + 1) * b * 3, dtype=torch.float32).view(t + 1, b, 3)
-    batch = {"obs": obs, "action": torch.zeros(t + 1, b, dtype=torch.long),
-             "logits": torch.zeros(t + 1, b, 2), "value": torch.zeros(t + 1, b),
-             "reward": torch.ones(t + 1, b), "done": torch.zeros(t + 1, b, dtype=torch.bool),
-             "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
-             "bootstrap_value": torch.zeros(t + 1, b)}
-    agent.update(batch, 0.0)
-    rows = obs[:-1].reshape(-1, 3).numpy()
-    assert float(model.obs_norm.count) == t * b
-    np.testing.assert_allclose(model.obs_norm.mean.numpy(), rows.mean(0), rtol=1e-6)
+def test_received_rollouts_fold_in_rows_0_to_T_minus_1_once_and_replays_never(tmp_path):
+    """Input statistics come from fresh rollouts at receipt (training/policy_learner.py),
+    each step once; training on batches, replayed rollouts among them, adds nothing."""
+    from option_flags import default_values
+    from training.config import make_config
+    from training.factory import build_driver
+    from training.plan import make_plan
+    from training.run_dir import RunDir
+    from workers.actor_pool import FinishedRollout
+
+    cfg, errors = make_config(default_values(
+        env="CartPole-v1", worker_count=1, envs_per_worker=2, batch_size=4, r_f_steps=5,
+        normalize_input=True, hidden_size=8, replays="standard", training_fill_in_factor=0.0),
+        given={"replays"})
+    assert not errors, errors
+    driver = build_driver(cfg, make_plan(cfg), RunDir(str(tmp_path), cfg.env, cfg.to_dict(),
+                                                      echo=False))
+    (learner,) = driver.learners
+    norm = learner.agent.model.obs_norm
+    buffers = driver.slots.buffers
+    g = torch.Generator().manual_seed(0)
+    fed, replayed = [], 0
+    try:
+        for _ in range(12):
+            taken = driver.slots.take(2)
+            for name, v in buffers.items():
+                if v.dtype.is_floating_point:
+                    v[:, taken] = torch.randn(v[:, taken].shape, generator=g) * 2 + 1
+            fed.append(buffers["obs"][:-1, taken].reshape(-1, 4).clone())
+            driver._receive([FinishedRollout(tuple(taken), [])])
+            while (batch := learner.next_batch()) is not None:
+                replayed += int(batch["replayed"].sum())
+                learner.train(batch, 0.0)
+            rows = torch.cat(fed).double().numpy()
+            assert float(norm.count) == len(rows)
+        assert len(rows) == 12 * 2 * cfg.r_f_steps
+        assert replayed > 0  # the standard replay's share was trained on too
+        np.testing.assert_allclose(norm.mean.numpy(), rows.mean(0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(norm.var.numpy(), rows.var(0), rtol=1e-4, atol=1e-5)
+    finally:
+        driver.close()

@@ -23,6 +23,7 @@ class PolicyLearner:
 
     def __init__(self, policy_id: int, agent: Agent, mixer: BatchMixer, weights,
                  updates: int = 0):
+        """`mixer.pool` is the run's slot pool, which received rollouts are read from."""
         self.policy_id = policy_id
         self.agent = agent
         self.mixer = mixer
@@ -43,7 +44,10 @@ class PolicyLearner:
 
     # --- data --------------------------------------------------------------------------
     def receive(self, rollout: FinishedRollout) -> None:
-        """Offer a finished rollout's slots to the replays (which free them)."""
+        """Fold a finished rollout's observations (rows 0..T-1) into the input
+        statistics, once, then offer its slots to the replays (which free them)."""
+        obs = self.mixer.pool.buffers["obs"]
+        self.agent.observe(obs[:-1, list(rollout.indices)])
         for i in rollout.indices:
             self.mixer.add(i)
 
