@@ -25,104 +25,14 @@ from agents.networks import ModelSpec
 from agents.registry import AGENTS, flag_readers
 from replay.config import ReplaySpec, parse_replay_parameters
 from replay.presets import PRESETS
+from training.flag_spec import FLAG_SPECS
 from wrappers.envs import EnvInfo, EnvOptions, check_env_id, family_of
 
 DERIVED = {"derived": True}  # metadata of the fields that are not flags
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    agent: str
-    op_mode: str
-    seed: int
-    device: str
-    load_model_url: str | None
-    test_episode_count: int
-    test_policy: str
-    render: bool
-    env: str
-    environment_max_steps: int
-    stop_at_return: float | None
-    stop_window: int
-    skipped_frames: int
-    frames_stacked: int
-    noop_threshold: int
-    episodic_life: bool
-    repeat_action_probability: float | None
-    batch_size: int
-    r_f_steps: int
-    optimizer: str
-    lr: float
-    lr_end_value: float
-    lr_decay_power: float
-    rmsprop_eps: float
-    rmsprop_alpha: float
-    adam_eps: float
-    gradient_clip_by_norm_threshold: float
-    hidden_size: int
-    mlp_activation: str  # "tanh" or "relu"
-    mlp_shared_torso: bool
-    log_std_init: float
-    use_lstm: bool
-    lstm_size: int
-    worker_count: int
-    envs_per_worker: int
-    learner_threads: int
-    queued_batches: int | None  # None: 2 x (envs + batch) slots (training/plan.py)
-    max_actor_restarts: int
-    backend: str
-    serial: bool
-    serial_policy_lag: int
-    ray_address: str
-    max_policy_lag: int
-    ray_in_flight: int
-    ray_weights_every: int
-    replay_parameters: str
-    replays: str | None  # a replay/presets.py name, expanded into replay_parameters
-    training_fill_in_factor: float
-    caching: bool
-    cache_output_buffer_size: int
-    checkpoint_replay: bool
-    clear_policy_cloning_weight: float
-    clear_value_cloning_weight: float
-    kl_div_threshold: float
-    gamma: float
-    rho_const: float
-    pg_rho_const: float
-    c_const: float
-    policy_gradient_loss_weight: float
-    value_loss_weight: float
-    entropy_loss_weight: float
-    clip_rewards: bool
-    normalize_advantages: bool
-    normalize_input: bool
-    normalize_returns: bool
-    scale_rewards: bool
-    ppo_epochs: int
-    ppo_minibatches: int
-    ppo_shuffle: str  # "rollouts" or "steps"
-    ppo_clip: float
-    ppo_value_clip: float
-    gae_lambda: float
-    ppo_advantage: str  # "gae" or "vtrace" once made ("auto" resolved)
-    truly_ppo_delta: float
-    truly_ppo_alpha: float
-    impact_target_update: int
-    reward_clipping_method: str
-    eval_interval: int
-    eval_episodes: int
-    eval_policy: str
-    results_dir: str
-    save_model_period: int
-    keep_checkpoints: int
-    status_interval: float
-
-    # --- derived once, right after the flags are checked (by `make_config`) -----------
-    env_kind: str = dataclasses.field(kw_only=True, metadata=DERIVED)  # a FAMILIES name
-    replay_specs: tuple[ReplaySpec, ...] = dataclasses.field(kw_only=True, metadata=DERIVED)
-    n_envs: int = dataclasses.field(kw_only=True, metadata=DERIVED)  # workers x envs each
-    # whether the actors write the policy's hidden layer: some replay reads it
-    store_features: bool = dataclasses.field(kw_only=True, metadata=DERIVED)
+class _ConfigMethods:
+    """The methods of `Config` (its base: `make_dataclass` below makes the fields)."""
 
     def to_dict(self) -> dict:
         """The flag values (not the derived fields): flags.json and checkpoints."""
@@ -138,6 +48,30 @@ class Config:
     def loss_config(self) -> LossConfig:
         return LossConfig(**{f.name: getattr(self, f.name)
                              for f in dataclasses.fields(LossConfig)})
+
+
+def _derived(name: str, type_: type) -> tuple:
+    return name, type_, dataclasses.field(kw_only=True, metadata=DERIVED)
+
+
+Config = dataclasses.make_dataclass(
+    "Config",
+    # a field per flag: training/flag_spec.py's FLAG_SPECS, in their order, each typed
+    # by its kind (bool, int, float, str; "| None" where the default is None)
+    [(spec.name, spec.annotation) for spec in FLAG_SPECS] + [
+        # derived once, right after the flags are checked (by `make_config`)
+        _derived("env_kind", str),  # a FAMILIES name
+        _derived("replay_specs", tuple[ReplaySpec, ...]),
+        _derived("n_envs", int),  # workers x envs each
+        # whether the actors write the policy's hidden layer: some replay reads it
+        _derived("store_features", bool),
+    ],
+    bases=(_ConfigMethods,),
+    frozen=True,  # hashable, and picklable as training.config.Config (__module__ below)
+    namespace={"__module__": __name__, "__doc__": (
+        "A run's flags (a field per `training.flag_spec.FLAG_SPECS` entry) with the auto "
+        "defaults filled and checked by `make_config`, and what it derives from them.")},
+)
 
 
 def config_fields() -> list[str]:
