@@ -169,10 +169,10 @@ class Agent:
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
-        1) of the learning-rate schedules. Statistics: the algorithm's, plus lr (the main optimizer's) and step_over_lr,
-        the RMS of the model's parameter change of the whole update over lr:
-        about 1 per normalised RMSProp/Adam step, far below 1 where eps dominates the
-        denominator."""
+        1) of the learning-rate schedules. Statistics: the algorithm's, plus lr (the
+        main optimizer's) and step_over_lr, the RMS of the model's parameter change of
+        the whole update over lr: about 1 per normalised RMSProp/Adam step, far below 1
+        where eps dominates the denominator."""
         batch = {k: batch[k].to(self.device, non_blocking=True)
                  for k in LOSS_FIELDS if k in batch}
         for name, optimizer in self.optimizers.items():

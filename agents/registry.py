@@ -6,7 +6,10 @@ platform needs to know about an algorithm.
     agent = entry.cls.from_config(model, cfg, device)
 
 A new agent is one file in `agents/` (a subclass of `agents.agent.Agent` with a
-`from_config` class method and `stat_names`) plus one entry here. The flags only
+`from_config` class method and `stat_names`) plus one entry here: `--agent`'s
+choices and help text come from this table too (training/flag_spec.py). The table
+imports no torch (an entry names its class, imported when first used), so the flag
+declarations can read it. The flags only
 some agents read are listed by the entries that read them: `training/config.py`
 refuses such a flag given to another agent. An env family keeps auto values for two
 kinds of agent (`wrappers.envs.EnvFamily.auto_values`): an entry names the kind it
@@ -17,15 +20,8 @@ silent default.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
-
-from torch import nn
-
-from agents.agent import Agent
-from agents.impact import ImpactAgent
-from agents.impala import ImpalaAgent
-from agents.networks import ModelSpec
-from agents.ppo import PPOAgent
+import importlib
+from collections.abc import Mapping
 
 # the flags of the ppo family's loop (agents/ppo.py), and those of one agent alone
 PPO_FLAGS = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
@@ -36,9 +32,15 @@ IMPALA_FLAGS = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advant
 IMPACT_FLAGS = ("impact_target_update",)
 
 
+def _load(path: str):
+    module, name = path.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 @dataclasses.dataclass(frozen=True)
 class AgentEntry:
-    cls: type[Agent]  # has from_config(model, cfg, device)
+    path: str  # "module:Class" of its agents.agent.Agent subclass (with from_config)
+    summary: str  # what --agent's help says of it
     flags: tuple[str, ...]  # the agent-specific flags it reads
     family_defaults: str  # which of an env family's auto tables it takes: "impala" or "ppo"
     defaults: Mapping[str, object]  # its auto flag values on every env family
@@ -46,15 +48,38 @@ class AgentEntry:
     # (a key of agents.distributions.DISTRIBUTIONS); a kind not here is refused
     distributions: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {"discrete": "discrete", "box": "box"})
-    build_model: Callable[[ModelSpec], nn.Module] = ModelSpec.build
+    # "module:function" building its model from an agents.networks.ModelSpec; "": the
+    # spec's actor-critic (ModelSpec.build)
+    model: str = ""
+
+    @property
+    def cls(self):
+        """The agent's class (imported on first use)."""
+        return _load(self.path)
+
+    def build_model(self, spec):
+        """Its model for `spec` (an agents.networks.ModelSpec)."""
+        return _load(self.model)(spec) if self.model else spec.build()
 
 
 AGENTS: dict[str, AgentEntry] = {
-    "impala": AgentEntry(ImpalaAgent, IMPALA_FLAGS, "impala", {"adam_eps": 1e-8}),
-    "ppo": AgentEntry(PPOAgent, PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
-    "truly_ppo": AgentEntry(PPOAgent, PPO_FLAGS + TRULY_PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
-    "impact": AgentEntry(ImpactAgent, PPO_FLAGS + IMPACT_FLAGS, "ppo", {"adam_eps": 1e-5}),
+    "impala": AgentEntry("agents.impala:ImpalaAgent", "V-trace, one step per batch",
+                         IMPALA_FLAGS, "impala", {"adam_eps": 1e-8}),
+    "ppo": AgentEntry("agents.ppo:PPOAgent",
+                      "APPO-style clipped surrogate, epochs x minibatches per batch",
+                      PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
+    "truly_ppo": AgentEntry("agents.ppo:PPOAgent", "Truly PPO's trust-region rollback",
+                            PPO_FLAGS + TRULY_PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
+    "impact": AgentEntry("agents.impact:ImpactAgent",
+                         "ppo's clip against a target network, V-trace advantages",
+                         PPO_FLAGS + IMPACT_FLAGS, "ppo", {"adam_eps": 1e-5}),
 }
+
+
+def agents_help() -> str:
+    """The registered agents as --agent's help names them: "a (...), b (...) or c (...)"."""
+    named = [f"{name} ({entry.summary})" for name, entry in AGENTS.items()]
+    return ", ".join(named[:-1]) + " or " + named[-1]
 
 
 def flag_readers() -> dict[str, tuple[str, ...]]:
@@ -66,9 +91,12 @@ def flag_readers() -> dict[str, tuple[str, ...]]:
     return readers
 
 
-def model_spec(info: dict, flags: dict) -> ModelSpec:
-    """The spec of the model `flags["agent"]` trains for an env's `info` (`EnvInfo` as
-    a dict): `ModelSpec.of`, with the agent's distribution for the env's actions."""
+def model_spec(info: dict, flags: dict):
+    """The agents.networks.ModelSpec of the model `flags["agent"]` trains for an env's
+    `info` (`EnvInfo` as a dict): `ModelSpec.of`, with the agent's distribution for
+    the env's actions."""
+    from agents.networks import ModelSpec
+
     spec = ModelSpec.of(info, flags)
     entry = AGENTS[flags["agent"]]
     return dataclasses.replace(spec, action_kind=entry.distributions[spec.action_kind])

@@ -117,7 +117,7 @@ def test_received_rollouts_fold_in_rows_0_to_T_minus_1_once_and_replays_never(tm
     try:
         for _ in range(12):
             taken = driver.slots.take(2)
-            for name, v in buffers.items():
+            for v in buffers.values():
                 if v.dtype.is_floating_point:
                     v[:, taken] = torch.randn(v[:, taken].shape, generator=g) * 2 + 1
             fed.append(buffers["obs"][:-1, taken].reshape(-1, 4).clone())

@@ -83,3 +83,11 @@ def test_each_optimizer_follows_its_own_schedule():
     assert agent.optimizers["extra"].param_groups[0]["lr"] == 0.5
     state = agent.state_dict()
     assert set(state["optimizers"]) == {"main", "extra"}
+
+
+def test_the_agent_flag_offers_exactly_the_registered_agents():
+    from option_flags import FLAGS
+
+    assert FLAGS["agent"].parser.enum_values == list(AGENTS)
+    for name in AGENTS:
+        assert f"{name} (" in FLAGS["agent"].help

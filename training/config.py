@@ -20,9 +20,8 @@ import os
 
 import torch
 
-from agents.impala import LossConfig
 from agents.networks import ModelSpec
-from agents.registry import AGENTS, flag_readers
+from agents.registry import AGENTS, flag_readers, model_spec
 from replay.config import ReplaySpec, parse_replay_parameters
 from replay.presets import PRESETS
 from training.flag_spec import FLAG_SPECS
@@ -42,12 +41,8 @@ class _ConfigMethods:
         return env_options(self.to_dict(), training)
 
     def model_spec(self, info: EnvInfo) -> ModelSpec:
-        """The model this run trains, for the env's `info`."""
-        return ModelSpec.of(dataclasses.asdict(info), self.to_dict())
-
-    def loss_config(self) -> LossConfig:
-        return LossConfig(**{f.name: getattr(self, f.name)
-                             for f in dataclasses.fields(LossConfig)})
+        """The model this run trains, for the env's `info` (`agents.registry.model_spec`)."""
+        return model_spec(dataclasses.asdict(info), self.to_dict())
 
 
 def _derived(name: str, type_: type) -> tuple:

@@ -11,13 +11,15 @@ tests/test_flag_spec.py checks that the three agree.
 A default of None is "auto": `training.config.make_config` fills in a value that
 suits the env's family (`wrappers.envs.FAMILIES`) unless the command line gives one.
 The sections group the flags for readers of this file and nothing else. Pure Python
-(no absl, no torch), so anything may import it.
+(no absl, no torch; `--agent`'s choices and help come from agents/registry.py's
+table), so anything may import it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from agents.registry import AGENTS, agents_help
 from replay.presets import PRESETS
 
 KINDS = {"bool": bool, "int": int, "float": float, "str": str, "enum": str}
@@ -80,12 +82,9 @@ def _section(section: str, *specs: FlagSpec) -> tuple[FlagSpec, ...]:
 FLAG_SPECS: tuple[FlagSpec, ...] = (
     *_section(
         "general",
-        _enum("agent", None, ("impala", "ppo", "truly_ppo", "impact"),
-              "The learner's algorithm: impala (V-trace, one step per batch), ppo (APPO-style "
-              "clipped surrogate, epochs x minibatches per batch), truly_ppo (Truly PPO's "
-              "trust-region rollback) or impact (ppo's clip against a target network, V-trace "
-              "advantages); auto: ppo on Atari and continuous actions, impala else. Cannot "
-              "change on resume."),
+        _enum("agent", None, tuple(AGENTS),  # agents/registry.py
+              f"The learner's algorithm: {agents_help()}; auto: ppo on Atari and continuous "
+              "actions, impala else. Cannot change on resume."),
         _enum("op_mode", "train", ("train", "train_w_load", "test"),
               "train: a new run; train_w_load: resume from --load_model_url; test: play "
               "--test_episode_count games with a saved agent."),
