@@ -68,3 +68,14 @@ def test_a_config_is_frozen_hashable_and_survives_pickling():
         (cfg.env_kind, cfg.n_envs, cfg.store_features)
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.lr = 1.0
+
+
+def test_read_when_names_another_flag_and_values_it_can_take():
+    conditional = [s for s in FLAG_SPECS if s.read_when is not None]
+    assert {s.name for s in conditional} == {"lstm_size", "ray_address", "max_policy_lag",
+                                             "ray_in_flight", "ray_weights_every"}
+    for spec in conditional:
+        chooser, values = spec.read_when
+        other = SPECS_BY_NAME[chooser]
+        allowed = {"true", "false"} if other.kind == "bool" else set(other.choices)
+        assert values and set(values) <= allowed, (spec.name, values)

@@ -92,22 +92,22 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-RAY_ONLY = ("ray_address", "max_policy_lag", "ray_weights_every", "ray_in_flight")
-
-
 def _ignored_flags(values: dict, given: set[str]) -> list[str]:
-    """Flags given on the command line that this run's --agent, --backend or
-    --use_lstm would silently ignore."""
+    """Flags given on the command line that this run would silently ignore: those only
+    other agents read (agents/registry.py), and those whose `FlagSpec.read_when` this
+    run's choice (--backend=local, --use_lstm=false...) rules out."""
+    readers: dict[str, dict[str, tuple[str, ...]]] = {"agent": flag_readers()}
+    for spec in FLAG_SPECS:
+        if spec.read_when is not None:
+            chooser, ok = spec.read_when
+            readers.setdefault(chooser, {})[spec.name] = ok
     problems = []
-    for chooser, readers in (
-            ("agent", flag_readers()),
-            ("backend", dict.fromkeys(RAY_ONLY, ("ray",))),
-            ("use_lstm", {"lstm_size": ("true",)})):
+    for chooser, read in readers.items():
         chosen = values.get(chooser)
         chosen = "local" if chosen is None else str(chosen).lower()  # a bool: true/false
         problems += [f"--{name}: only --{chooser}={' or '.join(ok)} reads it, and this run "
                      f"has --{chooser}={chosen}; leave it out or change --{chooser}"
-                     for name, ok in readers.items() if name in given and chosen not in ok]
+                     for name, ok in read.items() if name in given and chosen not in ok]
     return problems
 
 

@@ -28,7 +28,10 @@ KINDS = {"bool": bool, "int": int, "float": float, "str": str, "enum": str}
 @dataclasses.dataclass(frozen=True)
 class FlagSpec:
     """One flag. `default` None means auto (or, for a few, unset: `--load_model_url`,
-    `--stop_at_return`, `--replays`...); `choices` only for kind "enum"."""
+    `--stop_at_return`, `--replays`...); `choices` only for kind "enum". `read_when`:
+    (another flag, the values of it, lower-case, under which this one is read), so
+    that giving it otherwise is an error; None: always read (a flag only some agents
+    read is listed by their entries in agents/registry.py instead)."""
 
     name: str
     kind: str  # a KINDS key
@@ -36,6 +39,7 @@ class FlagSpec:
     help: str
     choices: tuple[str, ...] | None = None
     section: str = ""
+    read_when: tuple[str, tuple[str, ...]] | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -55,20 +59,23 @@ class FlagSpec:
         return name if self.default is not None else f"{name} | None"
 
 
+RAY = ("backend", ("ray",))  # read only with --backend=ray
+
+
 def _bool(name: str, default: bool | None, help: str) -> FlagSpec:
     return FlagSpec(name, "bool", default, help)
 
 
-def _int(name: str, default: int | None, help: str) -> FlagSpec:
-    return FlagSpec(name, "int", default, help)
+def _int(name: str, default: int | None, help: str, **kw) -> FlagSpec:
+    return FlagSpec(name, "int", default, help, **kw)
 
 
 def _float(name: str, default: float | None, help: str) -> FlagSpec:
     return FlagSpec(name, "float", default, help)
 
 
-def _str(name: str, default: str | None, help: str) -> FlagSpec:
-    return FlagSpec(name, "str", default, help)
+def _str(name: str, default: str | None, help: str, **kw) -> FlagSpec:
+    return FlagSpec(name, "str", default, help, **kw)
 
 
 def _enum(name: str, default: str | None, choices: tuple[str, ...], help: str) -> FlagSpec:
@@ -159,7 +166,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
               "An LSTM core after the torso (TorchBeast's flag): the actors carry its state per "
               "env and store it with each rollout; the learner unrolls it over T from the stored "
               "state. Fixed for a run."),
-        _int("lstm_size", 128, "Width of the LSTM core (--use_lstm). Fixed for a run."),
+        _int("lstm_size", 128, "Width of the LSTM core (--use_lstm). Fixed for a run.",
+             read_when=("use_lstm", ("true",))),
     ),
     *_section(
         "parallelism",
@@ -190,17 +198,17 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
              "asynchronous lag does: README, Runs that stay solved); 0: none."),
         _str("ray_address", "",
              "--backend=ray: empty starts a local Ray instance; 'auto' or host:port joins a "
-             "running cluster."),
+             "running cluster.", read_when=RAY),
         _int("max_policy_lag", 100,
              "--backend=ray: rollouts acted by weights more than this many learner updates old "
-             "are dropped (and counted); 0: never."),
+             "are dropped (and counted); 0: never.", read_when=RAY),
         _int("ray_in_flight", 1,
              "--backend=ray: rollout requests outstanding per actor. 1: each rollout starts from "
              "the newest weights (CartPole, 5 seeds: all reached 475; with 2, 4 of 5); more "
-             "hides network round trips."),
+             "hides network round trips.", read_when=RAY),
         _int("ray_weights_every", 1,
              "--backend=ray: put the weights into Ray's object store every this many learner "
-             "updates."),
+             "updates.", read_when=RAY),
     ),
     *_section(
         "replay",
