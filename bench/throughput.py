@@ -199,9 +199,10 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
         run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False)
         driver = build_driver(cfg, make_plan(cfg, info), run,
                               policy=ModelPolicy if train else RandomPolicy)
-        if not train:
+        if not train:  # every slot freed unread: no input statistics, no batch
             for learner in driver.learners:
                 learner.mixer = DiscardingMixer(learner.mixer)
+                learner.agent.observe = lambda obs: None
         try:
             driver.run(max_env_steps=steps)
             t_end, steps_end = time.time(), driver.counters.env_steps
@@ -209,10 +210,10 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
                 wire.update(bytes=driver.actors.bytes_total,
                             rollouts=driver.actors.rollouts_total)
         finally:
-            learner.close()
+            driver.close()
             run.close()
-        t0, s0 = learner.report.first_rollout_at
-        return (steps_end - s0) * learner.info.frames_per_step / (t_end - t0)
+        t0, s0 = driver.report.first_rollout_at
+        return (steps_end - s0) * driver.info.frames_per_step / (t_end - t0)
 
 
 def main() -> None:
