@@ -58,7 +58,6 @@ def test_gen_flags_check_exits_1_on_a_stale_file(tmp_path):
 
 
 def test_site_builds_strictly(tmp_path):
-    pytest.importorskip("mkdocs")
     site = tmp_path / "site"
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
