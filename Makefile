@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: train test lint bench board clean
+.PHONY: train test lint bench board docs clean
 
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -17,6 +17,8 @@ train: $(STAMP)
 
 # Two pytest workers (one per core; a file's tests stay on one worker), then the
 # asynchronous learning tests (marked `alone`) by themselves on the quiet machine.
+# The docs are checked there too: tests/test_docs.py compares docs/flags.md with
+# docs/gen_flags.py's output and runs `mkdocs build --strict` into a temporary directory.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone" --durations=25 $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m alone $(PYTEST_ARGS)
@@ -28,8 +30,14 @@ lint: $(STAMP)
 board: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir results --port $(or $(PORT),6006)
 
+# The documentation site: the flags reference regenerated from training/flag_spec.py,
+# then a strict MkDocs build into site/ (any warning fails it)
+docs: $(STAMP)
+	$(PY) docs/gen_flags.py
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) -m bench.throughput
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache site
