@@ -161,6 +161,11 @@ class Agent:
         optimizer.step()
         return float(norm)
 
+    @property
+    def normalizes_inputs(self) -> bool:
+        """Whether the model keeps input statistics (`observe` folds into them)."""
+        return getattr(self.model, "obs_norm", None) is not None
+
     def observe(self, obs: torch.Tensor) -> None:
         """Fold fresh observations [T, n, *obs_shape] (uint8 or float32, any device:
         rows 0..T-1 of rollouts as they arrive, each once, never a replayed one) into

@@ -202,7 +202,8 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
         if not train:  # every slot freed unread: no input statistics, no batch
             for learner in driver.learners:
                 learner.mixer = DiscardingMixer(learner.mixer)
-                learner.agent.observe = lambda obs: None
+                learner.receive = lambda rollout, mixer=learner.mixer: [
+                    mixer.add(i) for i in rollout.indices]
         try:
             driver.run(max_env_steps=steps)
             t_end, steps_end = time.time(), driver.counters.env_steps

@@ -46,8 +46,9 @@ class PolicyLearner:
     def receive(self, rollout: FinishedRollout) -> None:
         """Fold a finished rollout's observations (rows 0..T-1) into the input
         statistics, once, then offer its slots to the replays (which free them)."""
-        obs = self.mixer.pool.buffers["obs"]
-        self.agent.observe(obs[:-1, list(rollout.indices)])
+        if self.agent.normalizes_inputs:  # the rows are copied out of the slots only then
+            obs = self.mixer.pool.buffers["obs"]
+            self.agent.observe(obs[:-1, list(rollout.indices)])
         for i in rollout.indices:
             self.mixer.add(i)
 
