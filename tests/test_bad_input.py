@@ -62,6 +62,8 @@ CORPUS = [
     (["--agent=ppo", "--impact_target_update=4"], "--impact_target_update"),
     (["--agent=impact", "--impact_target_update=0"], "--impact_target_update"),
     (["--agent=impact", "--ppo_advantage=gae"], "--ppo_advantage"),
+    # a flag whose FlagSpec.read_when this run rules out
+    (["--video_format=gif"], "--video_format"), (["--lstm_size=64"], "--lstm_size"),
     # replay presets: unknown, or given with --replay_parameters
     (["--replays=elite9"], "--replays"),
     (["--replays=standard", rp(Q % "1")], "--replays"),

@@ -123,6 +123,29 @@ def test_test_mode_greedy_with_render_records_a_video_headless(results, cartpole
     assert summary["episodes"] == 4 and summary["policy"] == "greedy"
 
 
+def test_render_records_a_looping_gif_with_video_format_gif(results, cartpole_run):
+    from PIL import Image
+
+    from wrappers.video import gif_frame_ms
+
+    proc = run_main("--op_mode=test", f"--load_model_url={cartpole_run}", "--test_episode_count=1",
+                    "--render", "--video_format=gif", "--worker_count=1",
+                    f"--results_dir={results}", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    test_run = _only_run_dir(results)
+    summary = json.load(open(os.path.join(test_run, "test_summary.json")))
+    with Image.open(os.path.join(test_run, "test_video.gif")) as gif:
+        assert gif.info.get("loop") == 0 and gif.size[0] > 100
+        durations = []
+        for k in range(gif.n_frames):
+            gif.seek(k)
+            durations.append(gif.info["duration"])
+    # one frame (30 ms at 30 fps) per env step of the game (CartPole: a frame is an env
+    # step); Pillow merges repeated frames into one of their summed duration
+    assert sum(durations) == int(summary["frames"]) * gif_frame_ms(30) == \
+        int(summary["frames"]) * 30
+
+
 def test_actor_exception_stops_the_run_with_its_traceback(results):
     proc = run_main("--env=tests.counting_env:Exploding-v0", "--worker_count=2",
                     "--environment_max_steps=100000", f"--results_dir={results}", timeout=120)

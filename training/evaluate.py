@@ -87,7 +87,7 @@ def _render_games(cfg: Config, ckpt: dict, run: RunDir, greedy: bool, games: int
     model = trained_model(info, trained)
     model.load_state_dict(acting_weights(ckpt))
     model.eval()
-    path = None if has_display() else run.file("test_video.mp4")
+    path = None if has_display() else run.file(f"test_video.{cfg.video_format}")
     scale = 4 if len(info["obs_shape"]) == 3 else 1
     video = VideoSink(path, scale=scale)
     env = make_batched_env(cfg.env, 1, env_options(trained, training=False), cfg.seed,

@@ -78,8 +78,9 @@ def _str(name: str, default: str | None, help: str, **kw) -> FlagSpec:
     return FlagSpec(name, "str", default, help, **kw)
 
 
-def _enum(name: str, default: str | None, choices: tuple[str, ...], help: str) -> FlagSpec:
-    return FlagSpec(name, "enum", default, help, choices=choices)
+def _enum(name: str, default: str | None, choices: tuple[str, ...], help: str, **kw
+          ) -> FlagSpec:
+    return FlagSpec(name, "enum", default, help, choices=choices, **kw)
 
 
 def _section(section: str, *specs: FlagSpec) -> tuple[FlagSpec, ...]:
@@ -106,6 +107,10 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _bool("render", False,
               "Test mode: show the games in a window if there is a display; headless, record the "
               "first games to test_video.mp4 in the run directory."),
+        _enum("video_format", "mp4", ("mp4", "gif"),
+              "--render without a display: the recording's format, test_video.mp4 (OpenCV) or "
+              "test_video.gif (Pillow: a looping animation for web pages).",
+              read_when=("render", ("true",))),
     ),
     *_section(
         "environment",
