@@ -108,8 +108,11 @@ def test_mlp_activation_and_log_std_init_reach_the_learners_model():
     assert kinds(tuned.model.policy_torso) == kinds(tuned.model.value_torso) == {"ReLU"}
     torch.testing.assert_close(tuned.model.log_std.detach(), torch.full((2,), -2.0))
     # the activation is the architecture's: a resume must keep it; the first log-std is not
+    def policies(model) -> list[dict]:  # a checkpoint's (format 2)
+        return [{"agent": {"model": model.state_dict()}}]
+
     ckpt = {"env_info": {"obs_shape": [2], "num_actions": 2, "action_kind": "box"},
-            "config": cfg.to_dict(), "model": tuned.model.state_dict()}
+            "config": cfg.to_dict(), "policies": policies(tuned.model)}
     assert architecture_problem(agent(mlp_activation="relu")[0], ckpt) is None
     assert "--mlp_activation=relu" in architecture_problem(plain_cfg, ckpt)
     shared_cfg = agent(mlp_activation="relu", mlp_shared_torso=True)[0]
@@ -119,5 +122,5 @@ def test_mlp_activation_and_log_std_init_reach_the_learners_model():
     old = {k: v for k, v in plain_cfg.to_dict().items()
            if k not in ("mlp_activation", "log_std_init", "mlp_shared_torso", "queued_batches",
                         "scale_rewards")}
-    ckpt = {**ckpt, "config": old, "model": plain.model.state_dict()}
+    ckpt = {**ckpt, "config": old, "policies": policies(plain.model)}
     assert architecture_problem(plain_cfg, ckpt) is None

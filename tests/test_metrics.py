@@ -168,6 +168,7 @@ def test_resumed_old_learner_csv_gets_the_new_header(tmp_path):
     (tmp_path / "learner.csv").write_text(old)
     run = RunDir(str(tmp_path), "CartPole-v1", {}, echo=False, resume_path=str(tmp_path),
                  keep_rows=(0, 1, 0))
+    run.open_learner(())  # an agent with no statistics beyond the fixed columns
     run.learner.writerow({c: 7 for c in LEARNER_COLUMNS})
     run.close()
     with open(tmp_path / "learner.csv", newline="") as f:

@@ -16,7 +16,7 @@ def test_held_slots_do_not_change_while_actors_run():
     with actors(workers=2, envs=2, unroll=4, num_slots=12) as h:
         held = []
         while len(held) < 4:
-            for indices, _ in h.rollouts():
+            for indices, *_ in h.rollouts():
                 held.extend(indices)
         idx = torch.tensor(held)
         snapshot = h.slots.gather(idx)
@@ -26,7 +26,7 @@ def test_held_slots_do_not_change_while_actors_run():
         recycled = 0
         while recycled < 50 * (12 - len(held)):
             assert time.time() < deadline, f"the actors stopped producing ({recycled} slots)"
-            for others, _ in h.rollouts():
+            for others, *_ in h.rollouts():
                 assert not set(others) & set(held), "a held slot came back full"
                 h.slots.release(others)
                 recycled += len(others)
@@ -37,7 +37,7 @@ def test_held_slots_do_not_change_while_actors_run():
 
 def test_killed_actor_is_replaced_and_its_slots_reclaimed():
     with actors(workers=2, envs=2, unroll=4, num_slots=12, max_restarts=1) as h:
-        for indices, _ in h.rollouts():
+        for indices, *_ in h.rollouts():
             h.slots.release(indices)
         victim = h.pool.actors[0]
         os.kill(victim.process.pid, signal.SIGKILL)
@@ -51,9 +51,9 @@ def test_killed_actor_is_replaced_and_its_slots_reclaimed():
         # the replacement produces rollouts, and no slot is lost: every slot is free,
         # held by an actor, or in a rollout we received
         for _ in range(20):
-            for indices, _ in h.rollouts():
+            for indices, *_ in h.rollouts():
                 h.slots.release(indices)
         # stop the actors: what they sent meanwhile comes back, what they held is freed
-        for indices, _ in h.pool.close():
+        for indices, *_ in h.pool.close():
             h.slots.release(indices)
         assert sorted(h.slots.free) == list(range(12)), "slots leaked or doubled"

@@ -301,7 +301,9 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _bool("normalize_input", None,
               "Normalise observations by running per-element mean and std, clipped to +-5 "
               "(Sample Factory's normalize_input); the statistics are published to the actors "
-              "with the weights; auto: on for Atari. Fixed for a run."),
+              "with the weights; auto: on for Atari and continuous actions (Pendulum, the "
+              "Box2D and MuJoCo tasks), off for MinAtar and the discrete vector tasks. Fixed "
+              "for a run."),
         _bool("normalize_returns", None,
               "Train the value head on returns normalised by their running mean and std (Sample "
               "Factory's normalize_returns); the model still outputs values in return units; "
