@@ -12,8 +12,8 @@ from tests.conftest import ROOT
 
 def test_the_throughput_bench_runs_and_reports_every_rate():
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.throughput", "--env=CartPole-v1", "--steps=2000",
-         "--seconds=2", "--learner_updates=2", "--worker_count=1"],
+        [sys.executable, "-m", "bench.throughput", "--env=CartPole-v1", "--steps=640",
+         "--seconds=1", "--learner_updates=1", "--worker_count=1"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)  # the medians over --repeats (1 here)

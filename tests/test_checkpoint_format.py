@@ -29,7 +29,7 @@ def as_format_1(state: dict) -> dict:
 
 def test_a_format_1_checkpoint_resumes_and_tests(tmp_path):
     first = str(tmp_path / "first")
-    proc = run_main(*FLAGS, "--environment_max_steps=3000", f"--results_dir={first}",
+    proc = run_main(*FLAGS, "--environment_max_steps=1600", f"--results_dir={first}",
                     timeout=300)
     assert proc.returncode == 0, proc.stderr
     (run,) = glob.glob(os.path.join(first, "*"))
@@ -51,7 +51,7 @@ def test_a_format_1_checkpoint_resumes_and_tests(tmp_path):
     assert upgrade(converted) is converted  # format 2 stays as it is
 
     proc = run_main("--op_mode=train_w_load", f"--load_model_url={old_dir}",
-                    "--environment_max_steps=5000", "--serial", timeout=300)
+                    "--environment_max_steps=2600", "--serial", timeout=300)
     assert proc.returncode == 0, proc.stderr
     resumed = load_checkpoint(str(old_dir))
     assert resumed["format_version"] == 2
