@@ -162,7 +162,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
               "relu for ppo on HalfCheetah (rl-baselines3-zoo's tuned net). Fixed for a run."),
         _bool("mlp_shared_torso", False,
               "One MLP torso for the policy and the value heads instead of two (vector "
-              "observations; README: Continuous control). Fixed for a run."),
+              "observations; docs: agents.md, Continuous control). Fixed for a run."),
         _float("log_std_init", None,
                "Box actions: the Gaussian's first log-std (a learned parameter, one per "
                "dimension); auto: 0 (std 1), -2 for ppo on HalfCheetah (std 0.14, "
@@ -192,7 +192,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         # where and how the actors run
         _enum("backend", "local", ("local", "ray"),
               "Where the actors run: local processes with shared-memory rollouts, or Ray actors "
-              "(README: More than one machine)."),
+              "(docs: more-than-one-machine.md)."),
         _bool("serial", False,
               "Step the actors inline in the learner's process in a fixed order (Sample "
               "Factory's serial mode): with the same --seed a run repeats bit for bit on the "
@@ -200,7 +200,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _int("serial_policy_lag", 0,
              "--serial: the actors act with the weights of this many learner updates before the "
              "newest, a fixed policy lag that repeats bit for bit (to study what the "
-             "asynchronous lag does: README, Runs that stay solved); 0: none."),
+             "asynchronous lag does: docs, design-notes.md); 0: none."),
         _str("ray_address", "",
              "--backend=ray: empty starts a local Ray instance; 'auto' or host:port joins a "
              "running cluster.", read_when=RAY),
@@ -218,7 +218,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     *_section(
         "replay",
         _str("replay_parameters", '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
-             "JSON list of replays; their sample_ratio values sum to 1 (README: Replays)."),
+             "JSON list of replays; their sample_ratio values sum to 1 (docs: replays.md)."),
         # make_config writes the named mix's JSON into replay_parameters
         _enum("replays", None, tuple(PRESETS),
               "A named mix instead of --replay_parameters (replay/presets.py): queue; standard, "
@@ -292,11 +292,12 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _float("entropy_loss_weight", None,
                "Weight of the entropy bonus; auto: 0.01, but 0.03 for impala and 0 for the ppo "
                "agents on the vector family (CartPole...), 0 on continuous actions but 4.0e-4 "
-               "for ppo on HalfCheetah (README: Runs that stay solved, Continuous control)."),
+               "for ppo on HalfCheetah (docs: design-notes.md, Runs that stay solved; "
+               "agents.md, Continuous control)."),
         _bool("clip_rewards", None, "Clip rewards for learning; auto: on for Atari, off else."),
         _bool("normalize_advantages", None,
               "impala: divide each batch's policy-gradient advantages by their std (their mean "
-              "is kept: README, Runs that stay solved); auto: on for the vector family "
+              "is kept: docs, design-notes.md); auto: on for the vector family "
               "(CartPole, classic control, popgym...), else off."),
         _bool("normalize_input", None,
               "Normalise observations by running per-element mean and std, clipped to +-5 "
@@ -313,7 +314,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
               "Divide the rewards the learner trains on by a running std of the discounted "
               "return (--gamma), kept by each actor (CleanRL's and SB3's NormalizeReward; "
               "wrappers/reward_scaling.py); episode returns stay raw. An alternative or a "
-              "complement to --normalize_returns (README: Continuous control)."),
+              "complement to --normalize_returns (docs: agents.md, Continuous control)."),
         _enum("reward_clipping_method", "abs_one_sign",
               ("abs_one_sign", "abs_one_clamp", "soft_asymmetric"), "How rewards are clipped."),
     ),
