@@ -105,7 +105,6 @@ class Agent:
 
     def __init__(self, model: nn.Module, optim: OptimConfig, device: torch.device):
         self.model = model.to(device)
-        self.optim = optim
         self.device = device
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.schedules: dict[str, OptimConfig] = {}
@@ -128,11 +127,6 @@ class Agent:
         """A frozen copy of `source`, saved and restored with the agent."""
         self.target_networks[name] = copy.deepcopy(source).requires_grad_(False)
         return self.target_networks[name]
-
-    @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """The model's optimizer ("main")."""
-        return self.optimizers["main"]
 
     @property
     def acting_model(self) -> nn.Module:
