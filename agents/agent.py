@@ -7,8 +7,8 @@ knows no algorithm; an algorithm is a subclass in a file of its own, registered 
 optimizer's learning rate from its own schedule and calls the algorithm's
 `train`, which takes one or more optimizer steps through `Agent.step`:
 
-    zero_grad -> backward -> reduce (identity; the all-reduce of data-parallel
-    learners) -> clip the global gradient norm -> apply (optimizer.step)
+    zero_grad -> backward -> reduce (the group's sum: `group.reduce_gradients`,
+    nothing for a lone learner) -> clip the global gradient norm -> apply
 
 (RLlib's compute / postprocess / apply gradients). `train` returns statistics whose
 names `stat_names()` declares; learner.csv, TensorBoard and the status line take
@@ -16,6 +16,10 @@ their columns from it, and an undeclared one is an error, never silently dropped
 
 An agent may hold several optimizers (`add_optimizer`, by name: "main" is the
 model's) and target networks (`add_target`, frozen copies it refreshes itself).
+Data-parallel learners (agents/group.py): each rank's agent holds a `group`; its
+losses are its share of the group's loss (means through `group.mean`, batch
+normalisations through the group), so summing the ranks' gradients in `step` gives
+every rank the gradient of one learner on the group's batch.
 `acting_model` is what is published to the actors and the evaluator: the policy
 (today the whole actor-critic; for SAC-like agents the actor alone).
 
@@ -32,13 +36,14 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import torch
 from torch import nn
 from torch.nn.utils import parameters_to_vector
 
-from agents.normalize import update_inputs
+from agents.group import ALONE, Group
+from agents.normalize import RunningMeanStd, input_moments, update_inputs
 
 # fields the losses read; the rest of a batch stays where it is
 LOSS_FIELDS = ("obs", "action", "logits", "value", "reward", "done", "truncated",
@@ -109,8 +114,8 @@ class Agent:
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.schedules: dict[str, OptimConfig] = {}
         self.target_networks: dict[str, nn.Module] = {}
-        # the gradient pipeline's reduce step: params -> None, in place on their .grad
-        self.reduce: Callable[[list[torch.Tensor]], None] = lambda params: None
+        self.group: Group = ALONE  # the learners this one trains with (a lone one by default)
+        self._observed: RunningMeanStd | None = None  # a rank's inputs since the last update
         self.add_optimizer("main", self.model.parameters(), optim)
 
     # --- declarations ----------------------------------------------------------------
@@ -144,13 +149,13 @@ class Agent:
 
     def step(self, loss: torch.Tensor, name: str = "main") -> float:
         """The gradient pipeline of optimizer `name`: back-propagate `loss`, reduce the
-        gradients (`self.reduce`), clip their global norm, apply; returns the norm
-        before clipping."""
+        gradients over the group (`group.reduce_gradients`), clip their global norm,
+        apply; returns the norm before clipping."""
         optimizer = self.optimizers[name]
         params = _params(optimizer)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        self.reduce(params)
+        self.group.reduce_gradients(params)
         norm = nn.utils.clip_grad_norm_(params, self.schedules[name].max_grad_norm or math.inf)
         optimizer.step()
         return float(norm)
@@ -163,8 +168,25 @@ class Agent:
     def observe(self, obs: torch.Tensor) -> None:
         """Fold fresh observations [T, n, *obs_shape] (uint8 or float32, any device:
         rows 0..T-1 of rollouts as they arrive, each once, never a replayed one) into
-        the model's input statistics, if it normalises inputs."""
-        update_inputs(self.model, obs.to(self.device, non_blocking=True))
+        the model's input statistics, if it normalises inputs. A rank of a group
+        keeps their moments until the next update merges every rank's."""
+        obs = obs.to(self.device, non_blocking=True)
+        if self.group.size == 1:
+            update_inputs(self.model, obs)
+            return
+        if self._observed is None:
+            self._observed = RunningMeanStd(tuple(self.model.obs_norm.mean.shape)).to(self.device)
+        self._observed.merge(input_moments(self.model, obs))
+
+    def _merge_observed(self) -> None:
+        """Fold every rank's observations since the last update into the input
+        statistics, in rank order (a collective: every rank calls it)."""
+        norm = self.model.obs_norm
+        mine = self._observed.moments() if self._observed is not None else \
+            (0, torch.zeros_like(norm.mean), torch.zeros_like(norm.var))
+        for moments in self.group.gather_moments(mine):
+            norm.merge(moments)
+        self._observed = None
 
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
@@ -174,6 +196,8 @@ class Agent:
         where eps dominates the denominator."""
         batch = {k: batch[k].to(self.device, non_blocking=True)
                  for k in LOSS_FIELDS if k in batch}
+        if self.group.size > 1 and self.normalizes_inputs:
+            self._merge_observed()
         for name, optimizer in self.optimizers.items():
             for group in optimizer.param_groups:
                 group["lr"] = self.schedules[name].lr_at(progress)

@@ -81,7 +81,7 @@ class ImpactAgent(PPOAgent):
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         adv, returns, old_values, target_logits = self.targets(
             batch, policy_logits=self.target_logits(batch))
-        update_returns(self.model, returns)
+        update_returns(self.model, returns, self.group)
         stats = self.epochs({**batch, "logits": target_logits}, adv, returns, old_values)
         mu = self.model.distribution(batch["logits"][:-1])
         stats["kl_target_behaviour"] = mu.kl(

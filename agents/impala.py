@@ -17,6 +17,7 @@ from torch import nn
 
 from agents import vtrace
 from agents.agent import UPDATE_STATS, Agent, OptimConfig
+from agents.group import ALONE, Group
 from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
 
@@ -71,11 +72,11 @@ def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if var == 0 else (1.0 - (target - predicted).var() / var).item()
 
 
-def scale_advantages(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-8
-                     ) -> torch.Tensor:
+def scale_advantages(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-8,
+                     group: Group = ALONE) -> torch.Tensor:
     """x float32 [T, B] divided by its std over the steps where weight [T, B] (0 or 1)
-    is 1 (unchanged if that std is below eps); steps of weight 0 are scaled too but
-    not counted.
+    is 1, over the steps of every rank of `group` (unchanged if that std is below
+    eps); steps of weight 0 are scaled too but not counted.
 
     Only scaled, not shifted to mean 0 as PPO implementations do. The advantage
     rho_s * (r_s + gamma v_{s+1} - V(x_s)) multiplies grad log pi(a_s|x_s) for actions
@@ -87,9 +88,9 @@ def scale_advantages(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-8
     scaled (README: Runs that stay solved). PPO's ratio multiplies its whole
     advantage, so its shift is harmless there (E_mu[ratio grad log pi] = 0).
     """
-    n = weight.sum().clamp(min=1.0)
-    mean = (x * weight).sum() / n
-    std = (((x - mean).pow(2) * weight).sum() / (n - 1).clamp(min=1.0)).sqrt()
+    n = group.sum(weight.sum()).clamp(min=1.0)
+    mean = group.sum((x * weight).sum()) / n
+    std = (group.sum(((x - mean).pow(2) * weight).sum()) / (n - 1).clamp(min=1.0)).sqrt()
     return x / torch.where(std < eps, torch.ones_like(std), std)
 
 
@@ -119,7 +120,7 @@ def transition_targets(
 
 
 def impala_loss(
-    model: nn.Module, batch: dict[str, torch.Tensor], cfg: LossConfig
+    model: nn.Module, batch: dict[str, torch.Tensor], cfg: LossConfig, group: Group = ALONE
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The IMPALA loss of one batch.
 
@@ -130,8 +131,10 @@ def impala_loss(
             bootstrap_value float32, value float32: [T+1, B]; logits float32
             [T+1, B, P] (the behaviour distribution's params).
         cfg: loss weights, discount and clipping.
+        group: the data-parallel learners whose batches make the group's batch
+            (agents/group.py); the loss is this rank's share of the group's.
     Returns:
-        (scalar loss with gradient, dict of float statistics).
+        (scalar loss with gradient, dict of float statistics of this rank's part).
 
     With return normalisation (`model.return_norm`) the value error is divided by
     the running std of the returns (the loss of the normalised prediction), and the
@@ -162,10 +165,10 @@ def impala_loss(
         distribution=dist,
     )
     weight = torch.ones_like(kl) if mask is None else mask
-    denom = weight.sum().clamp(min=1.0)
+    denom = group.sum(weight.sum()).clamp(min=1.0)
     advantages = vt.pg_advantages
     if cfg.normalize_advantages:
-        advantages = scale_advantages(advantages, weight)
+        advantages = scale_advantages(advantages, weight, group=group)
     pg_loss = -(vt.target_action_log_probs * advantages * weight).sum() / denom
     scale = value_scale(model)
     value_loss = 0.5 * (((vt.vs - values[:-1]) / scale).pow(2) * weight).sum() / denom
@@ -189,15 +192,16 @@ def impala_loss(
         # on rollouts not trained on yet (each is taken into a step once)
         "explained_variance": explained_variance(values[:-1].detach(), vt.vs),
     }
-    update_returns(model, vt.vs)
+    update_returns(model, vt.vs, group)
     if mask is not None:
         stats["masked_fraction"] = 1.0 - mask.mean().item()
     replayed = batch.get("replayed")
-    if replayed is not None and replayed.any() and (
-            cfg.clear_policy_cloning_weight > 0 or cfg.clear_value_cloning_weight > 0):
+    clear = cfg.clear_policy_cloning_weight > 0 or cfg.clear_value_cloning_weight > 0
+    if clear and replayed is not None and group.sum(replayed.sum()) > 0:
         cols = replayed.to(kl.device)
-        policy_cloning = kl[:, cols].mean()
-        value_cloning = ((values[:-1, cols] - batch["value"][:-1, cols]) / scale).pow(2).mean()
+        policy_cloning = group.mean(kl[:, cols])
+        value_cloning = group.mean(
+            ((values[:-1, cols] - batch["value"][:-1, cols]) / scale).pow(2))
         loss = loss + cfg.clear_policy_cloning_weight * policy_cloning \
             + cfg.clear_value_cloning_weight * value_cloning
         stats.update(policy_cloning=policy_cloning.item(), value_cloning=value_cloning.item())
@@ -228,6 +232,6 @@ class ImpalaAgent(Agent):
                   or c.clear_value_cloning_weight > 0 else ()))
 
     def train(self, batch):
-        loss, stats = impala_loss(self.model, batch, self.loss_cfg)
+        loss, stats = impala_loss(self.model, batch, self.loss_cfg, self.group)
         stats["grad_norm"] = self.step(loss)
         return stats

@@ -146,10 +146,12 @@ class ActorCritic(nn.Module):
         if self.core is None:
             v = self._value_features(x, h)
         else:
-            h, state = self.core(h.view(t, b, -1), state, done)
-            h = v = h.reshape(t * b, -1)
+            h, state = self.core(h.view(t, b, h.shape[-1]), state, done)
+            h = v = h.reshape(t * b, h.shape[-1])
         logits, value = self._policy_params(h), self._value(self.baseline(v))
-        return logits.view(t, b, -1), value.view(t, b), h.view(t, b, -1), state
+        # explicit widths: B may be 0 (a data-parallel rank's empty share of a minibatch)
+        return (logits.view(t, b, logits.shape[-1]), value.view(t, b),
+                h.view(t, b, h.shape[-1]), state)
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

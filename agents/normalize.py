@@ -18,12 +18,19 @@ is formed, from its V-trace targets):
   (V - mean) / std, the model's `forward` returns V in return units (so actors,
   GAE and V-trace never see normalised values), and the losses divide the value
   error by std: their value loss is the one of the normalised prediction.
+
+Data-parallel learners (agents/group.py) merge every rank's moments in rank order
+at the same points, so their statistics stay equal: the returns' in
+`update_returns`; the inputs' accumulated per rank as rollouts arrive and merged
+before each agreed update (`training.policy_learner.PolicyLearner`).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+
+from agents.group import ALONE, Group, Moments
 
 
 class RunningMeanStd(nn.Module):
@@ -40,11 +47,14 @@ class RunningMeanStd(nn.Module):
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
         """Fold in x float [N, *shape] (N samples)."""
-        x = x.float().reshape(-1, *self.mean.shape)
-        n = x.shape[0]
+        self.merge(batch_moments(x, tuple(self.mean.shape)))
+
+    @torch.no_grad()
+    def merge(self, moments: Moments) -> None:
+        """Fold in a batch's (count, mean, variance) (`batch_moments`)."""
+        n, batch_mean, batch_var = moments
         if n == 0:
             return
-        batch_var, batch_mean = torch.var_mean(x, dim=0, correction=0)
         total = self.count + n
         delta = batch_mean - self.mean
         w = float(n / total)
@@ -52,6 +62,10 @@ class RunningMeanStd(nn.Module):
         self.mean += delta * w
         self.var.copy_(m2 / float(total))
         self.count.copy_(total)
+
+    def moments(self) -> Moments:
+        """(count, mean, variance) of everything folded in so far."""
+        return int(self.count), self.mean.clone(), self.var.clone()
 
     def std(self) -> torch.Tensor:
         return (self.var + self.eps).sqrt()
@@ -69,6 +83,15 @@ class RunningMeanStd(nn.Module):
         return y * self.std() + self.mean
 
 
+def batch_moments(x: torch.Tensor, shape: tuple[int, ...]) -> Moments:
+    """(N, mean float32 `shape`, population variance float32 `shape`) of x [N, *shape]."""
+    x = x.float().reshape(-1, *shape)
+    if x.shape[0] == 0:
+        return 0, torch.zeros(shape, device=x.device), torch.zeros(shape, device=x.device)
+    var, mean = torch.var_mean(x, dim=0, correction=0)
+    return x.shape[0], mean, var
+
+
 def value_scale(model: nn.Module) -> torch.Tensor | float:
     """What the losses divide value errors by: the running std of the returns when
     the model normalises them (`model.return_norm`), else 1."""
@@ -76,12 +99,21 @@ def value_scale(model: nn.Module) -> torch.Tensor | float:
     return 1.0 if norm is None else norm.std().detach()
 
 
-def update_returns(model: nn.Module, targets: torch.Tensor) -> None:
+def update_returns(model: nn.Module, targets: torch.Tensor, group: Group = ALONE) -> None:
     """Fold a batch's value targets float [T, B] into the model's return statistics
-    (nothing when it does not normalise returns)."""
+    (nothing when it does not normalise returns): the targets of every rank of
+    `group`, in rank order (agents/group.py)."""
     norm = getattr(model, "return_norm", None)
     if norm is not None:
-        norm.update(targets.detach().reshape(-1))
+        for moments in group.gather_moments(batch_moments(targets.detach(), ())):
+            norm.merge(moments)
+
+
+def input_moments(model: nn.Module, obs: torch.Tensor) -> Moments:
+    """The moments of observations [T, B, *obs_shape] (uint8 or float) as the model's
+    input statistics see them (scaled); the model must normalise inputs."""
+    shape = tuple(model.obs_norm.mean.shape)
+    return batch_moments(model.scale_input(obs.reshape(-1, *shape)), shape)
 
 
 def update_inputs(model: nn.Module, obs: torch.Tensor) -> None:

@@ -48,6 +48,7 @@ from torch import nn
 
 from agents import vtrace
 from agents.agent import UPDATE_STATS, Agent, OptimConfig
+from agents.group import Group
 from agents.impala import explained_variance, transition_targets
 from agents.networks import unroll_start
 from agents.normalize import update_returns, value_scale
@@ -116,6 +117,18 @@ def as_steps(batch: dict[str, torch.Tensor], *per_step: torch.Tensor
     steps = {k: v[:t].reshape(1, -1, *v.shape[2:]).expand(2, -1, *v.shape[2:])
              for k, v in batch.items() if k != "replayed"}
     return (steps, *(x.reshape(1, -1) for x in per_step))
+
+
+def group_columns(cols: torch.Tensor, width: int, group: Group) -> torch.Tensor:
+    """This rank's columns among `cols` int64 [c], column indices into the group's
+    batch, as indices into its own batch. The group's batch is the one learner's:
+    the ranks' `width` rollouts side by side (rank r's are rollouts r x width ..),
+    in one row of columns, or in T rows after `as_steps` (step (t, j) at column
+    t x (size x width) + j; its own at t x width + j - rank x width)."""
+    wide = group.size * width
+    t, j = cols // wide, cols % wide
+    mine = j // width == group.rank
+    return t[mine] * width + j[mine] % width
 
 
 def policy_objective(log_ratio: torch.Tensor, adv: torch.Tensor, kl: torch.Tensor,
@@ -193,46 +206,62 @@ class PPOAgent(Agent):
         action = batch["action"][:-1]
         log_ratio = policy.log_prob(action) - behaviour.log_prob(action)
         kl = behaviour.kl(policy)  # KL(mu || pi), [T, b]
-        adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+        group = self.group  # means and the advantages' moments over the group's minibatch
+        adv = group.standardize(adv)
         objective, active = policy_objective(log_ratio, adv, kl, cfg)
-        pg_loss = -objective.mean()
+        pg_loss = -group.mean(objective)
         scale = value_scale(self.model)
         values, returns, old_values = values / scale, returns / scale, old_values / scale
         value_err = (values - returns).pow(2)
         if cfg.value_clip > 0:
             clipped = old_values + (values - old_values).clamp(-cfg.value_clip, cfg.value_clip)
             value_err = torch.maximum(value_err, (clipped - returns).pow(2))
-        value_loss = 0.5 * value_err.mean()
-        entropy = policy.entropy().mean()
-        loss = pg_loss + cfg.value_loss_weight * value_loss - cfg.entropy_loss_weight * entropy
-        return loss, {"policy_loss": pg_loss.item(), "value_loss": value_loss.item(),
-                      "entropy": entropy.item(), "kl": kl.mean().item(),
+        value_loss = 0.5 * group.mean(value_err)
+        entropy = policy.entropy()
+        loss = pg_loss + cfg.value_loss_weight * value_loss \
+            - cfg.entropy_loss_weight * group.mean(entropy)
+        # the statistics are this rank's part's (the same as the loss's terms alone)
+        return loss, {"policy_loss": -objective.detach().mean().item(),
+                      "value_loss": 0.5 * value_err.detach().mean().item(),
+                      "entropy": entropy.detach().mean().item(), "kl": kl.mean().item(),
                       "clip_fraction": active.mean().item(),
                       "mean_rho": log_ratio.exp().mean().item()}
 
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
         adv, returns, old_values, _ = self.targets(batch)
-        update_returns(self.model, returns)
+        update_returns(self.model, returns, self.group)
         return self.epochs(batch, adv, returns, old_values)
 
     def epochs(self, batch: dict[str, torch.Tensor], adv: torch.Tensor, returns: torch.Tensor,
                old_values: torch.Tensor) -> dict[str, float]:
         """`epochs` passes of `minibatches` optimizer steps over the B rollouts of
-        `batch`, whose "logits" are the ratio's denominator; the mean statistics."""
+        `batch`, whose "logits" are the ratio's denominator; the mean statistics.
+        Data-parallel ranks (`self.group`) shuffle the group's columns with one
+        permutation (their generators agree), each taking its own part of every
+        minibatch (`group_columns`), so the group steps as one learner on the
+        columns of all its ranks would; a rank's part may be empty."""
         cfg = self.cfg
+        rows = adv.shape[0] if cfg.shuffle == "steps" else 1
         if cfg.shuffle == "steps":
             batch, adv, returns, old_values = as_steps(batch, adv, returns, old_values)
         b = adv.shape[1]
-        n = min(cfg.minibatches, b)
+        total = b * self.group.size
+        n = min(cfg.minibatches, total)
         totals: dict[str, float] = {}
         steps = 0
         for _ in range(cfg.epochs):
-            order = torch.randperm(b, generator=self.generator).to(adv.device)
+            order = torch.randperm(total, generator=self.generator)
             for cols in order.chunk(n):
+                if self.group.size > 1:
+                    cols = group_columns(cols, b // rows, self.group)
+                cols = cols.to(adv.device)
                 part = {k: v[:, cols] for k, v in batch.items() if k != "replayed"}
                 loss, stats = self.minibatch_loss(part, adv[:, cols], returns[:, cols],
                                                   old_values[:, cols])
-                stats["grad_norm"] = self.step(loss)
+                grad_norm = self.step(loss)
+                if len(cols) == 0:  # no statistics of an empty part
+                    continue
+                stats["grad_norm"] = grad_norm
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
                 steps += 1
