@@ -17,6 +17,7 @@ import dataclasses
 import importlib.util
 import math
 import os
+import re
 
 import torch
 
@@ -131,6 +132,31 @@ def _expand_preset(v: dict, given: set[str]) -> list[str]:
     return []
 
 
+def _learner_problems(v: dict) -> list[str]:
+    """What is wrong with the data-parallel learners' flags."""
+    n = v.get("learner_count") or 1
+    errors = []
+    if n > 1 and v["worker_count"] > 0 and v["worker_count"] < n:
+        errors.append(f"--learner_count: each of the {n} learners needs actors of its own; "
+                      f"raise --worker_count to >= {n} (got {v['worker_count']})")
+    devices = v.get("learner_devices")
+    if devices is not None:
+        names = [d.strip() for d in devices.split(",")]
+        if len(names) != n:
+            errors.append(f"--learner_devices: {len(names)} devices for --learner_count={n}; "
+                          "give one per learner (cuda:0,cuda:1,...)")
+        bad = [d for d in names if d != "cpu" and not re.fullmatch(r"cuda:\d+", d)]
+        if bad:
+            errors.append(f"--learner_devices: {bad[0]!r} is not cpu or cuda:<index>")
+        elif any(d != "cpu" for d in names) and not torch.cuda.is_available():
+            errors.append("--learner_devices: CUDA is not available on this machine; leave "
+                          "the flag out (the learners then use --device)")
+        elif len({d for d in names if d != "cpu"}) not in (0, len(names)):
+            errors.append("--learner_devices: NCCL needs one GPU per learner, all of them "
+                          "cuda:<index>, each once")
+    return errors
+
+
 def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
     """A `Config` from flag values (name -> value, None for auto), and every error.
     `given`: the flags named on the command line; those the `--agent`, `--backend` or
@@ -167,7 +193,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v.get("worker_count") is None:
         v["worker_count"] = cores
     if v.get("learner_threads") is None:
-        v["learner_threads"] = cores
+        v["learner_threads"] = max(1, cores // max(1, v.get("learner_count") or 1))
 
     not_finite = [f"--{f.name}: must be a finite number, got {v[f.name]}"
                   for f in dataclasses.fields(Config)
@@ -184,7 +210,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                  "hidden_size", "lstm_size", "lr", "save_model_period", "status_interval",
                  "test_episode_count", "keep_checkpoints", "cache_output_buffer_size",
                  "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
-                 "impact_target_update",
+                 "impact_target_update", "learner_count", "learner_timeout",
                  "eval_episodes",
                  "ray_weights_every", "ray_in_flight"):
         positive(name)
@@ -193,6 +219,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
             ("backend", "the actors run inline, so --backend=ray has no actors to run"),
             ("caching", "--caching prepares batches in a thread, which --serial's fixed "
                         "order excludes")) if v.get(name) not in (None, False, "local")]
+    errors += _learner_problems(v)
     if v.get("queued_batches") is not None and v["queued_batches"] <= 0:
         errors.append(f"--queued_batches: must be > 0, got {v['queued_batches']}; leave it "
                       "out for the auto value")

@@ -75,21 +75,8 @@ class Driver:
         """Train until `max_env_steps` (default: the config's) env steps were received
         or `stop_requested()` is true. The update in flight always completes."""
         cfg = self.cfg
-        max_env_steps = max_env_steps or cfg.environment_max_steps
-        self.report.max_env_steps = max_env_steps
-        self.log.info(
-            f"run directory {self.report.run_dir.path}: {cfg.env}, {cfg.worker_count} actors x "
-            f"{cfg.envs_per_worker} envs, T={cfg.r_f_steps}, batch {cfg.batch_size}, "
-            f"device {self.learners[0].agent.device}, obs {self.info.obs_shape} "
-            f"{self.info.obs_dtype}"
-        )
-        self.actors.start()
-        if self.evaluator is not None:
-            self.evaluator.start()
-        for learner in self.learners:
-            learner.start(cfg.caching, cfg.cache_output_buffer_size)
+        max_env_steps = self.start(max_env_steps)
         last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
-        self._wait_since = time.perf_counter()
         while self.counters.env_steps < max_env_steps and not stop_requested():
             reasons = [r for r in (o.stop_reason() for o in self.observers) if r]
             if reasons:
@@ -119,6 +106,27 @@ class Driver:
             for res in wait_ready(self.evaluator, 120, stop_requested):
                 self.report.evaluation(*res)
         self.status()
+
+    def start(self, max_env_steps: int | None) -> int:
+        """Start the actors, the evaluator and the learners; the env steps to train to
+        (`max_env_steps`, default the config's)."""
+        cfg = self.cfg
+        max_env_steps = max_env_steps or cfg.environment_max_steps
+        self.report.max_env_steps = max_env_steps
+        self.log.info(
+            f"run directory {self.report.run_dir.path}: {cfg.env}, {cfg.worker_count} actors x "
+            f"{cfg.envs_per_worker} envs, T={cfg.r_f_steps}, batch {cfg.batch_size}, "
+            f"device {self.learners[0].agent.device}, obs {self.info.obs_shape} "
+            f"{self.info.obs_dtype}"
+            + (f", {cfg.learner_count} learners (batch {cfg.learner_count * cfg.batch_size} "
+               "in all)" if cfg.learner_count > 1 else ""))
+        self.actors.start()
+        if self.evaluator is not None:
+            self.evaluator.start()
+        for learner in self.learners:
+            learner.start(cfg.caching, cfg.cache_output_buffer_size)
+        self._wait_since = time.perf_counter()
+        return max_env_steps
 
     def _receive(self, rollouts) -> None:
         for rollout in rollouts:
@@ -177,16 +185,20 @@ class Driver:
                 **({"stop": self.stop_losses} if self.stop_losses else {})}
 
     def save(self) -> str:
-        """An atomic checkpoint; returns the path of `checkpoint.pt`. The run files are
-        flushed and fsynced first, so they hold every row the checkpoint counts."""
+        """An atomic checkpoint; returns the path of `checkpoint.pt`."""
+        return self.write_checkpoint([learner.state_dict(self.cfg.checkpoint_replay)
+                                      for learner in self.learners])
+
+    def write_checkpoint(self, policies: list[dict]) -> str:
+        """Write a checkpoint of the run with the policies' parts `policies`; the run
+        files are flushed and fsynced first, so they hold every row it counts."""
         self.report.flush(sync=True)
         return save_checkpoint(self.report.run_dir.path, self.counters.updates, {
             "config": self.cfg.to_dict(),
             **self.report.state_dict(),
             "rng": rng_state(),
             "env_info": dataclasses.asdict(self.info),
-            "policies": [learner.state_dict(self.cfg.checkpoint_replay)
-                         for learner in self.learners],
+            "policies": policies,
         }, keep=self.cfg.keep_checkpoints)
 
     # --- shutdown ---------------------------------------------------------------------

@@ -16,13 +16,16 @@ import torch
 import torch.multiprocessing as mp
 
 from agents.agent import Agent
+from agents.group import ALONE, Group
 from agents.networks import policy_features
 from agents.registry import AGENTS
 from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
 from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
+from training.data_parallel import GroupPacer, ProcessGroup, actor_share
 from training.driver import Driver
+from training.group_driver import FollowerReport, GroupDriver
 from training.observers import StopAtReturn
 from training.pacer import BatchReadyPacer
 from training.plan import RunPlan
@@ -30,7 +33,7 @@ from training.policy_learner import PolicyLearner
 from training.report import Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
-from workers.actor_pool import ActorPoolBase
+from workers.actor_pool import ActorPoolBase, actor_seed
 from workers.evaluator import MAX_DUTY, EvalConfig, Evaluator
 from workers.pool import ActorPool
 from workers.serial_pool import SerialActorPool
@@ -49,10 +52,14 @@ def make_agent(cfg: Config, info: EnvInfo) -> Agent:
     return entry.cls.from_config(model, cfg, resolve_device(cfg.device))
 
 
-def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy) -> ActorConfig:
+def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy,
+                 first_actor: int = 0) -> ActorConfig:
+    """The actors' config; `first_actor`: the run-wide id of the pool's actor 0 (a
+    data-parallel rank's share starts there), which their seeds count from."""
     return ActorConfig(
         env_id=cfg.env, env_options=cfg.env_options(), envs_per_worker=cfg.envs_per_worker,
-        unroll_length=cfg.r_f_steps, model=cfg.model_spec(info), seed=cfg.seed + 1,
+        unroll_length=cfg.r_f_steps, model=cfg.model_spec(info),
+        seed=actor_seed(cfg.seed + 1, first_actor, 0, 0),
         policy=policy, store_features=cfg.store_features,
         reward_scale_gamma=cfg.gamma if cfg.scale_rewards else None)
 
@@ -79,15 +86,20 @@ def restore_replays(mixer: BatchMixer, cfg: Config, saved_cfg: dict, states: lis
 
 
 def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir,
-                         slots: SlotPool, weights_for, checkpoint: dict | None
-                         ) -> PolicyLearner:
+                         slots: SlotPool, weights_for, checkpoint: dict | None,
+                         group: Group = ALONE) -> PolicyLearner:
     """Policy `policy_id`'s agent, replays and weights (`weights_for(acting_model)`
-    makes the weights), restored from its part of `checkpoint` if given."""
+    makes the weights), restored from its part of `checkpoint` if given; the agent
+    trains with `group` (data-parallel ranks: rank 0's weights, its replays those of
+    the checkpoint's rank of the same number)."""
     info = plan.info
     agent = make_agent(cfg, info)
     saved = None if checkpoint is None else checkpoint["policies"][policy_id]
     if saved is not None:
         agent.load_state_dict(saved["agent"])
+    if group.size > 1:
+        agent.group = group
+        group.broadcast_module(agent.model)
     model = agent.acting_model
     features = functools.partial(policy_features, model, obs_shape=info.obs_shape)
     replays = build_replays(
@@ -95,7 +107,8 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
         max_chain_heads=plan.max_chain_heads, fill_in_factor=cfg.training_fill_in_factor,
         features_fn=functools.partial(features, kind="logits"),
         schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
-        seed=cfg.seed, hidden_features_fn=functools.partial(features, kind="hidden"),
+        seed=cfg.seed + 7919 * group.rank,
+        hidden_features_fn=functools.partial(features, kind="hidden"),
         distribution=model.distribution)
     for i, r in enumerate(replays):
         if r.stored_bytes():
@@ -105,17 +118,28 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
                 f"; not in checkpoints (--checkpoint_replay would add up to {size:.1f} MiB)"))
     mixer = BatchMixer(slots, replays, [e.sample_ratio for e in cfg.replay_specs], cfg.batch_size)
     if saved is not None:
-        for line in restore_replays(mixer, cfg, checkpoint["config"], saved["replays"]):
-            run.log.info(line)
+        by_rank = [saved["replays"], *saved.get("rank_replays", [])]
+        if group.rank == 0 and len(by_rank) > group.size:
+            run.log.info(f"resume: the checkpoint holds the replays of {len(by_rank)} learners; "
+                         f"those of ranks {group.size}..{len(by_rank) - 1} have no learner now "
+                         "and are dropped")
+        if group.rank < len(by_rank):
+            for line in restore_replays(mixer, cfg, checkpoint["config"], by_rank[group.rank]):
+                run.log.info(line)
+        else:
+            run.log.info(f"resume: the replays of learner rank {group.rank} start empty: the "
+                         f"checkpoint holds those of {len(by_rank)} learner(s)")
     # a checkpoint of format 1 had one policy, whose updates were the run's
     updates = 0 if saved is None else saved.get("updates", checkpoint["counters"]["updates"])
     return PolicyLearner(policy_id, agent, mixer, weights_for(model), updates)
 
 
 def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | None = None,
-                 policy: type = ModelPolicy) -> Driver:
+                 policy: type = ModelPolicy, group: ProcessGroup | None = None) -> Driver:
     """Every part of the run, restored from `checkpoint` if given. `policy` is what
-    the actors act with (`workers.actor.RandomPolicy` for the pipeline benchmark)."""
+    the actors act with (`workers.actor.RandomPolicy` for the pipeline benchmark).
+    With `group`, the parts of one data-parallel rank (training/data_parallel.py):
+    its share of the actors; the files, evaluator and observers are rank 0's."""
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.learner_threads)
     info = plan.info
@@ -128,38 +152,46 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
     else:
         def weights_for(model):
             return SharedWeights(model, lag=cfg.serial_policy_lag if cfg.serial else 0)
-    learner = build_policy_learner(0, cfg, plan, run, slots, weights_for, checkpoint)
+    learner = build_policy_learner(0, cfg, plan, run, slots, weights_for, checkpoint,
+                                   group or ALONE)
     if checkpoint is not None:
         restore_rng(checkpoint["rng"])
+    leader = group is None or group.rank == 0
     report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
-                    state=checkpoint, status_stats=learner.agent.STATUS)
+                    state=checkpoint, status_stats=learner.agent.STATUS) if leader else \
+        FollowerReport(run, checkpoint)
     run.open_learner(learner.agent.stat_names())
     if checkpoint is not None:
         report.counters.resumes += 1
+    first, count = actor_share(cfg.worker_count, cfg.learner_count, group.rank) \
+        if group is not None else (0, cfg.worker_count)
     actors = make_actors(cfg, plan, run, slots, learner.weights, report.counters.resumes,
-                         actor_config(cfg, info, policy))
+                         actor_config(cfg, info, policy, first), count)
     learner.publish()
-    observers = [] if cfg.stop_at_return is None else [
+    observers = [] if cfg.stop_at_return is None or not leader else [
         StopAtReturn(report, cfg.stop_at_return, cfg.stop_window)]
-    return Driver(cfg, info, [learner], slots, actors, report, BatchReadyPacer(), observers,
-                  evaluator=make_evaluator(cfg, info, learner.agent, run,
-                                           report.counters.env_steps))
+    evaluator = make_evaluator(cfg, info, learner.agent, run, report.counters.env_steps) \
+        if leader else None
+    if group is None:
+        return Driver(cfg, info, [learner], slots, actors, report, BatchReadyPacer(),
+                      observers, evaluator=evaluator)
+    return GroupDriver(cfg, info, [learner], slots, actors, report, GroupPacer(group),
+                       observers, evaluator=evaluator, group=group)
 
 
 def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weights,
-                resumes: int, actor_cfg: ActorConfig) -> ActorPoolBase:
-    """The actor pool of `--backend` (or `--serial`), acting with `weights`."""
+                resumes: int, actor_cfg: ActorConfig, count: int) -> ActorPoolBase:
+    """`count` actors of `--backend` (or `--serial`), acting with `weights`."""
     if cfg.backend == "ray":
         from workers.ray_pool import RayActorPool
 
-        return RayActorPool(actor_cfg, cfg.worker_count, slots, plan.spec, weights, run.log,
+        return RayActorPool(actor_cfg, count, slots, plan.spec, weights, run.log,
                             cfg.max_actor_restarts, resumes=resumes, address=cfg.ray_address,
                             max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
                             in_flight=cfg.ray_in_flight)
     if cfg.serial:
-        return SerialActorPool(actor_cfg, cfg.worker_count, slots, weights, run.log,
-                               resumes=resumes)
-    return ActorPool(mp.get_context("spawn"), actor_cfg, cfg.worker_count, slots, weights,
+        return SerialActorPool(actor_cfg, count, slots, weights, run.log, resumes=resumes)
+    return ActorPool(mp.get_context("spawn"), actor_cfg, count, slots, weights,
                      run.log, cfg.max_actor_restarts, resumes=resumes)
 
 

@@ -179,7 +179,20 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _int("worker_count", None, "Actor processes; auto: the machine's core count."),
         _int("envs_per_worker", None,
              "Envs per actor; auto: 4 Atari and for ppo on HalfCheetah, 8 else."),
-        _int("learner_threads", None, "Torch threads of the learner; auto: core count."),
+        _int("learner_threads", None,
+             "Torch threads of each learner; auto: the core count over --learner_count."),
+        _int("learner_count", 1,
+             "Data-parallel learners (ranks) of the policy, each a process with its share of "
+             "the --worker_count actors, its own replays and batch of --batch_size rollouts: "
+             "they average their gradients and take identical steps, one learner on N x "
+             "--batch_size (docs: more-than-one-machine.md)."),
+        _str("learner_devices", None,
+             "--learner_count: the device of each rank, comma-separated (cuda:0,cuda:1,...: "
+             "NCCL; cpu: gloo); unset: --device for every rank."),
+        _float("learner_timeout", 120.0,
+               "--learner_count > 1: seconds a rank waits for the others at a collective "
+               "(and at start-up) before the run stops with status 1; bounds how long a hung "
+               "rank holds the others."),
         _int("queued_batches", None,
              "Rollout slots: the envs' own plus this many batches of finished rollouts that wait "
              "for the learner (the actors pause when they are all full), so a learner slower "

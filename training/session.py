@@ -16,6 +16,7 @@ import sys
 from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
 from training.checkpoint import acting_weights, resolve_checkpoint_path, start_branch
 from training.config import SAVED_BEFORE, Config
+from training.data_parallel import GroupFailure, Ranks, rank_view
 from training.factory import build_driver
 from training.plan import RunPlan, check_memory, make_plan
 from training.run_dir import RunDir
@@ -71,8 +72,14 @@ def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str
             return None, problem
     if cfg.op_mode == "test":
         return None, None
-    plan = make_plan(cfg)
-    problem = check_memory(plan)
+    if cfg.learner_count == 1:
+        plan = make_plan(cfg)
+        problem = check_memory(plan)
+    else:  # rank 0's plan; every rank has slots and replays of its own
+        plan = make_plan(rank_view(cfg, 0))
+        problem = check_memory(dataclasses.replace(
+            plan, slot_bytes=plan.slot_bytes * cfg.learner_count,
+            replay_bytes=tuple(b * cfg.learner_count for b in plan.replay_bytes)))
     return (None, problem) if problem else (plan, None)
 
 
@@ -100,14 +107,18 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
                              f"off, moved to superseded/: {', '.join(superseded)}")
     else:
         run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
-    driver = None
+    driver = ranks = None
     status = 0
     try:
-        driver = build_driver(cfg, plan, run_dir, checkpoint)
+        group = None
+        if cfg.learner_count > 1:  # rank 0 here, the other ranks in processes of their own
+            ranks = Ranks(cfg, run_dir.path, run_dir.log)
+            group = ranks.group
+        driver = build_driver(cfg, plan, run_dir, checkpoint, group=group)
         driver.run(stop_requested=stop)
         if stop():
             run_dir.log.info("stop requested: stopping the actors and saving a checkpoint")
-    except ActorFailure as e:
+    except (ActorFailure, GroupFailure) as e:
         run_dir.log.error(str(e))
         status = 1
     except Exception:
@@ -116,9 +127,20 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
     finally:
         if driver is not None:
             driver.close()
-            path = driver.save()
+            try:
+                path = driver.save()
+            except GroupFailure as e:  # a rank left during the last checkpoint
+                run_dir.log.error(str(e))
+                status = 1
+                path = driver.save()  # rank 0's part alone
             run_dir.write_summary(driver.summary())
             run_dir.log.info(f"checkpoint saved: {os.path.abspath(path)}")
+        if ranks is not None:
+            codes = ranks.close()
+            if any(code != 0 for code in codes):
+                run_dir.log.error(f"learner ranks 1..{cfg.learner_count - 1} exited with "
+                                  f"{codes}")
+                status = status or 1
         run_dir.flush()
         run_dir.close()
     return status

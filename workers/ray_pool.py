@@ -136,6 +136,8 @@ def init_ray(address: str, num_cpus: int, log) -> bool:
     to its nodes (their Python packages must be installed, see the README)."""
     import ray
 
+    if ray.is_initialized():  # by this process already (data-parallel rank 0 starts it)
+        return False
     common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING"}
     if address:
         ray.init(address=address, runtime_env={

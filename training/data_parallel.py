@@ -1,0 +1,298 @@
+"""Data-parallel learners of one policy (`--learner_count=N`): the process group,
+its collectives, and the rank processes.
+
+Each rank is a learner process with its share of the actors (`actor_share`), its
+own rollout slots and replays, and a batch of `--batch_size` rollouts: the group
+trains as one learner on N x `--batch_size` at the same learning rate (CleanRL's
+`ppo_atari_multigpu.py` and Cleanba's rule: the gradients are averaged, so the
+step is the one of the mean loss over the group's batch). Rank 0 is the main
+process; it starts ranks 1..N-1 (`start_ranks`), which run `rank_main`.
+
+What keeps the ranks identical (training/group_driver.py drives them):
+- the same initial weights (the same seed, then rank 0's weights broadcast) and
+  the same checkpoint on a resume;
+- one flat all-reduce of the gradients per optimizer step, before the norm clip
+  (`ProcessGroup.reduce_gradients`, through `agents.agent.Agent.step`), and the
+  losses' means and normalisations over the group's batch (agents/group.py);
+- the running statistics merged from every rank's moments, in rank order;
+- agreed pacing: every loop iteration the ranks agree on stopping and on the env
+  steps received, and a rank trains only when every rank has a batch
+  (`GroupPacer`), so all take the same optimizer steps in the same order.
+
+Every collective has `--learner_timeout`: a rank that hangs makes the others fail
+within it; a rank that dies is seen at the next collective (its sockets close).
+Either way the others stop with status 1, rank 0 saving the last agreed update.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.utils import parameters_to_vector
+
+from agents.group import Group, Moments
+from training.pacer import Pacer
+
+
+class GroupFailure(RuntimeError):
+    """A collective failed: another learner died, or hung past --learner_timeout."""
+
+
+def _collective(fn):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except GroupFailure:
+            raise
+        except (RuntimeError, ValueError, OSError) as e:  # gloo's and NCCL's errors
+            raise GroupFailure(
+                f"learner rank {self.rank}: a collective with the other learners failed (one "
+                f"died, or hung past --learner_timeout={self.timeout_s:g}s): {e}") from e
+    return wrapper
+
+
+class ProcessGroup(Group):
+    """Rank `rank` of `size` learners, joined through the file `rendezvous` (a fresh
+    path). Device tensors travel by NCCL when `device` is CUDA and `nccl`, else by
+    gloo (CPU or CUDA tensors); the driver's small agreements always by gloo."""
+
+    def __init__(self, rank: int, size: int, rendezvous: str, device: torch.device,
+                 timeout_s: float, nccl: bool = True):
+        self.rank, self.size, self.device, self.timeout_s = rank, size, device, timeout_s
+        timeout = datetime.timedelta(seconds=timeout_s)
+        backend = "nccl" if nccl and device.type == "cuda" else "gloo"
+        try:
+            dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank,
+                                    world_size=size, timeout=timeout)
+        except (RuntimeError, ValueError) as e:
+            raise GroupFailure(f"learner rank {rank}: the {size} learners did not all start "
+                               f"within --learner_timeout={timeout_s:g}s: {e}") from e
+        self.backend = backend
+        self.cpu = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
+        self.waits = 0  # agreements where this rank had a batch and another had none
+
+    # --- the losses' collectives (agents/group.py) -------------------------------------
+    @_collective
+    def sum(self, x: torch.Tensor) -> torch.Tensor:
+        y = x.detach().clone().reshape(-1)
+        dist.all_reduce(y)
+        return y.reshape(x.shape)
+
+    def mean(self, x: torch.Tensor) -> torch.Tensor:
+        count = self.sum(torch.tensor(float(x.numel()), device=x.device))
+        return x.sum() / count
+
+    def standardize(self, x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+        """Two passes (count and sum, then squared deviations); no gradient through the
+        moments."""
+        n, total = self.sum(torch.stack([torch.tensor(float(x.numel()), device=x.device),
+                                         x.detach().sum()]))
+        mean = total / n
+        var = self.sum((x.detach() - mean).pow(2).sum()) / (n - 1).clamp(min=1.0)
+        return (x - mean) / (var.sqrt() + eps)
+
+    @_collective
+    def reduce_gradients(self, params: list[torch.Tensor]) -> None:
+        """One flat all-reduce (sum) of the gradients; a parameter without a gradient
+        counts as zeros, and every parameter has one after."""
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in params])
+        dist.all_reduce(flat)
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad = flat[offset:offset + n].view_as(p)
+            offset += n
+
+    @_collective
+    def gather_moments(self, moments: Moments) -> list[Moments]:
+        """Every rank's (count, mean, var), through one all-reduce of a [size, 1 + 2D]
+        float64 table in which each rank fills its row."""
+        n, mean, var = moments
+        width = 1 + 2 * mean.numel()
+        table = torch.zeros(self.size, width, dtype=torch.float64, device=mean.device)
+        table[self.rank, 0] = n
+        table[self.rank, 1:] = torch.cat([mean.reshape(-1), var.reshape(-1)]).double()
+        dist.all_reduce(table)
+        d = mean.numel()
+        return [(int(row[0]), row[1:1 + d].to(mean.dtype).reshape(mean.shape),
+                 row[1 + d:].to(var.dtype).reshape(var.shape)) for row in table]
+
+    # --- the driver's collectives ------------------------------------------------------
+    @_collective
+    def agree(self, values: list[float]) -> list[float]:
+        """The group's sums of `values` (float64, by gloo)."""
+        t = torch.tensor(values, dtype=torch.float64)
+        dist.all_reduce(t, group=self.cpu)
+        return t.tolist()
+
+    @_collective
+    def gather(self, obj) -> list | None:
+        """Every rank's picklable `obj`, in rank order, on rank 0 (None elsewhere)."""
+        out = [None] * self.size if self.rank == 0 else None
+        dist.gather_object(obj, out, dst=0, group=self.cpu)
+        return out
+
+    @_collective
+    def broadcast_module(self, module: torch.nn.Module) -> None:
+        """Give every rank rank 0's parameters and buffers."""
+        for t in module.state_dict().values():
+            dist.broadcast(t, src=0)
+
+    @_collective
+    def max_difference(self, module: torch.nn.Module) -> float:
+        """The largest absolute difference between a parameter of any rank and rank 0's
+        (0.0 while the ranks are identical)."""
+        flat = parameters_to_vector(module.parameters()).detach()
+        ref = flat.clone()
+        dist.broadcast(ref, src=0)
+        diff = (flat - ref).abs().max().reshape(1)
+        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+        return float(diff)
+
+    def close(self) -> None:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class GroupPacer(Pacer):
+    """Train when every rank's learner has a batch: all ranks train or none does, so
+    they take the same steps. A rank whose partner has none waits (counted in
+    `group.waits`)."""
+
+    def __init__(self, group: ProcessGroup):
+        self.group = group
+
+    def due(self, learner) -> bool:
+        ready = learner.ready()
+        agreed = self.group.agree([float(ready)])[0] == self.group.size
+        if ready and not agreed:
+            self.group.waits += 1
+        return agreed
+
+
+def actor_share(worker_count: int, size: int, rank: int) -> tuple[int, int]:
+    """(first actor id, actor count) of rank `rank`: the actors split as evenly as they
+    go, the first ranks taking one more."""
+    base, extra = divmod(worker_count, size)
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
+def rank_device(cfg, rank: int) -> torch.device:
+    from training.config import resolve_device
+
+    if cfg.learner_devices:
+        return torch.device(cfg.learner_devices.split(",")[rank].strip())
+    return resolve_device(cfg.device)
+
+
+class Ranks:
+    """Ranks 1..N-1 as processes of the main process (rank 0), and rank 0's group."""
+
+    def __init__(self, cfg, run_path: str, log):
+        self.tmp = tempfile.mkdtemp(prefix="learners-")
+        rendezvous = os.path.join(self.tmp, "rendezvous")
+        self.started_ray = False
+        rank_cfg = cfg
+        if cfg.backend == "ray" and not cfg.ray_address:  # one local Ray for every rank
+            import ray
+
+            from workers.ray_pool import init_ray
+
+            self.started_ray = init_ray("", cfg.worker_count, log)
+            rank_cfg = dataclasses.replace(
+                cfg, ray_address=ray.get_runtime_context().gcs_address)
+        ctx = mp.get_context("spawn")
+        self.procs = [ctx.Process(target=rank_main, args=(rank_cfg, r, rendezvous, run_path),
+                                  name=f"learner-{r}", daemon=False)
+                      for r in range(1, cfg.learner_count)]
+        for p in self.procs:
+            p.start()
+        try:
+            self.group = ProcessGroup(0, cfg.learner_count, rendezvous, rank_device(cfg, 0),
+                                      cfg.learner_timeout)
+        except GroupFailure:
+            self.close(wait_s=0.0)
+            raise
+
+    def close(self, wait_s: float = 30.0) -> list[int | None]:
+        """Leave the group (a rank still waiting on rank 0 then fails at once), wait up
+        to `wait_s` for the ranks to exit, kill the rest; their exit codes."""
+        if getattr(self, "group", None) is not None:
+            self.group.close()
+        deadline = time.monotonic() + wait_s
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+        for p in self.procs:
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        shutil.rmtree(self.tmp, ignore_errors=True)  # the rendezvous, once no rank reads it
+        if self.started_ray:
+            import ray
+
+            ray.shutdown()
+        return [p.exitcode for p in self.procs]
+
+
+def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
+    """A rank other than 0: its part of the run, in the run directory of rank 0, which
+    writes every file (this rank logs to its run.log). Dies with the main process;
+    SIGINT is the main process's to decide; SIGTERM stops the group cleanly."""
+    from training.checkpoint import load_checkpoint, resolve_checkpoint_path
+    from training.factory import build_driver
+    from training.group_driver import FollowerRun
+    from training.plan import make_plan
+    from training.signals import StopSignal
+    from workers.actor import die_with_parent
+
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stop = StopSignal()
+    signal.signal(signal.SIGTERM, stop._handle)
+    run = FollowerRun(run_path, rank)
+    run.log.info(f"learner rank {rank} started (pid {os.getpid()})")
+    group = driver = None
+    status = 1
+    try:
+        checkpoint = load_checkpoint(resolve_checkpoint_path(cfg.load_model_url)) \
+            if cfg.op_mode == "train_w_load" else None
+        group = ProcessGroup(rank, cfg.learner_count, rendezvous, rank_device(cfg, rank),
+                             cfg.learner_timeout)
+        plan = make_plan(rank_view(cfg, rank))
+        driver = build_driver(cfg, plan, run, checkpoint, group=group)
+        driver.run(stop_requested=stop)
+        status = 0
+    except Exception:
+        run.log.exception(f"learner rank {rank} failed")
+    finally:
+        if driver is not None:
+            driver.close()
+            if status == 0:
+                try:
+                    driver.save()  # its part of the last checkpoint (a collective)
+                except GroupFailure as e:
+                    run.log.error(str(e))
+                    status = 1
+        if group is not None:
+            group.close()
+        run.close()
+    sys.exit(status)
+
+
+def rank_view(cfg, rank: int):
+    """`cfg` as rank `rank`'s plan sees it: its share of the actors."""
+    _, count = actor_share(cfg.worker_count, cfg.learner_count, rank)
+    return dataclasses.replace(cfg, worker_count=count, n_envs=count * cfg.envs_per_worker)
