@@ -62,7 +62,8 @@ def batch(agent, columns: int, seed: int = 11) -> dict[str, torch.Tensor]:
     obs = torch.randn(T + 1, columns, *agent.obs_shape, generator=g) * 2 + 0.5
     done = torch.rand(T + 1, columns, generator=g) < 0.15
     device = next(model.parameters()).device
-    logits, value, _ = model(obs.to(device), model.initial_state(columns), done.to(device))
+    state = tuple(s.to(device) for s in model.initial_state(columns))
+    logits, value, _ = model(obs.to(device), state, done.to(device))
     logits, value = logits.cpu(), value.cpu()
     logits = logits + 0.3 * torch.randn(logits.shape, generator=g)
     dist = model.distribution(logits)
@@ -142,7 +143,8 @@ def rank_main(rank: int, rendezvous: str, results: str, device: str = "cpu") -> 
     starved pacer, then the MUTATED cases with the all-reduce skipped; its results
     pickled to the file `results`."""
     torch.set_num_threads(1)
-    group = ProcessGroup(rank, 2, rendezvous, torch.device(device), timeout_s=60.0)
+    group = ProcessGroup(rank, 2, rendezvous, torch.device(device), timeout_s=60.0,
+                         nccl=False)  # gloo, on CUDA tensors too (two ranks share one GPU)
     out = _cases(group, device, CASES, UPDATES)
     # normaliser statistics: 3 and 5 samples merged against one update over all 8
     data = torch.arange(16.0).reshape(8, 2) ** 1.5

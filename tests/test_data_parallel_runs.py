@@ -31,11 +31,12 @@ TWO = ("--env=CartPole-v1", "--learner_count=2", "--worker_count=2", "--eval_int
        "--status_interval=1", "--environment_max_steps=5000000")
 
 
-def test_two_serial_learners_repeat_bit_for_bit(tmp_path):
-    # ppo: minibatches of the group's steps, both normalisers merged
-    for k in ("a", "b"):
-        proc = run_main("--serial", "--learner_count=2", "--learner_threads=1", "--seed=7",
-                        "--env=CartPole-v1", "--agent=ppo", "--batch_size=4",
+def test_two_serial_learners_repeat_bit_for_bit_with_one_learners_update_sequence(tmp_path):
+    # ppo: minibatches of the group's steps, both normalisers merged; "c" is one learner
+    # on the group's batch, whose updates fall at the same env steps
+    for k, learners, batch in (("a", 2, 4), ("b", 2, 4), ("c", 1, 8)):
+        proc = run_main("--serial", f"--learner_count={learners}", "--learner_threads=1",
+                        "--seed=7", "--env=CartPole-v1", "--agent=ppo", f"--batch_size={batch}",
                         "--normalize_input=true", "--normalize_returns=true",
                         "--worker_count=2", "--environment_max_steps=2400",
                         "--eval_interval=0", f"--results_dir={tmp_path / k}", timeout=300)
@@ -46,6 +47,9 @@ def test_two_serial_learners_repeat_bit_for_bit(tmp_path):
         assert a == b, f"{name} differs between two runs with --seed=7"
     assert "the largest parameter difference between the 2 learners is 0" in \
         run_log(str(tmp_path / "a"))
+    a, c = ([(r["updates"], r["env_steps"]) for r in _rows(str(tmp_path / k), "learner.csv")]
+            for k in "ac")
+    assert a == c
 
 
 def test_two_serial_learners_reach_475_on_cartpole(results):

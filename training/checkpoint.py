@@ -17,7 +17,8 @@ A checkpoint is a dict saved with torch.save:
     state_dict: model, optimizers by name, targets by name, and what the algorithm
     keeps: ppo's minibatch generator, impact's update count), replays (one state dict
     per --replay_parameters entry: sampling counters and lambda, and the stored
-    rollouts only with --checkpoint_replay).
+    rollouts only with --checkpoint_replay) and, from data-parallel learners
+    (--learner_count), rank_replays: the replays of ranks 1.. in order.
 `load_checkpoint` converts a checkpoint of format 1 (one policy whose agent's parts
 lay at the top level) with `upgrade`, so runs saved before resume and test.
 """

@@ -191,11 +191,23 @@ def actor_share(worker_count: int, size: int, rank: int) -> tuple[int, int]:
 
 
 def rank_device(cfg, rank: int) -> torch.device:
+    """Rank `rank`'s device: its --learner_devices entry; else --device, on CUDA the
+    GPUs taken in turn (cuda:rank modulo the GPU count)."""
     from training.config import resolve_device
 
     if cfg.learner_devices:
         return torch.device(cfg.learner_devices.split(",")[rank].strip())
-    return resolve_device(cfg.device)
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        return torch.device("cuda", rank % torch.cuda.device_count())
+    return device
+
+
+def uses_nccl(cfg) -> bool:
+    """Whether the ranks' device tensors go by NCCL: every rank on a GPU of its own
+    (NCCL refuses two ranks on one GPU; those share it through gloo)."""
+    devices = [rank_device(cfg, r) for r in range(cfg.learner_count)]
+    return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
 
 
 class Ranks:
@@ -222,7 +234,7 @@ class Ranks:
             p.start()
         try:
             self.group = ProcessGroup(0, cfg.learner_count, rendezvous, rank_device(cfg, 0),
-                                      cfg.learner_timeout)
+                                      cfg.learner_timeout, nccl=uses_nccl(cfg))
         except GroupFailure:
             self.close(wait_s=0.0)
             raise
@@ -270,7 +282,7 @@ def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
         checkpoint = load_checkpoint(resolve_checkpoint_path(cfg.load_model_url)) \
             if cfg.op_mode == "train_w_load" else None
         group = ProcessGroup(rank, cfg.learner_count, rendezvous, rank_device(cfg, rank),
-                             cfg.learner_timeout)
+                             cfg.learner_timeout, nccl=uses_nccl(cfg))
         plan = make_plan(rank_view(cfg, rank))
         driver = build_driver(cfg, plan, run, checkpoint, group=group)
         driver.run(stop_requested=stop)

@@ -23,7 +23,7 @@ from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
 from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
-from training.data_parallel import GroupPacer, ProcessGroup, actor_share
+from training.data_parallel import GroupPacer, ProcessGroup, actor_share, rank_device
 from training.driver import Driver
 from training.group_driver import FollowerReport, GroupDriver
 from training.observers import StopAtReturn
@@ -42,14 +42,14 @@ from workers.weights import SharedWeights
 from wrappers.envs import EnvInfo
 
 
-def make_agent(cfg: Config, info: EnvInfo) -> Agent:
+def make_agent(cfg: Config, info: EnvInfo, device: torch.device | None = None) -> Agent:
     """The `--agent` of `cfg` (`agents/registry.py`) for `info`'s observations and
-    actions."""
+    actions, on `device` (default: --device's)."""
     entry = AGENTS[cfg.agent]
     model = entry.build_model(cfg.model_spec(info))
     if getattr(model, "log_std", None) is not None:  # the actors get it with the first weights
         torch.nn.init.constant_(model.log_std, cfg.log_std_init)
-    return entry.cls.from_config(model, cfg, resolve_device(cfg.device))
+    return entry.cls.from_config(model, cfg, device or resolve_device(cfg.device))
 
 
 def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy,
@@ -93,7 +93,7 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
     trains with `group` (data-parallel ranks: rank 0's weights, its replays those of
     the checkpoint's rank of the same number)."""
     info = plan.info
-    agent = make_agent(cfg, info)
+    agent = make_agent(cfg, info, rank_device(cfg, group.rank) if group.size > 1 else None)
     saved = None if checkpoint is None else checkpoint["policies"][policy_id]
     if saved is not None:
         agent.load_state_dict(saved["agent"])

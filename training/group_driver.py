@@ -2,11 +2,12 @@
 training/data_parallel.py).
 
 The loop of `training.driver.Driver`, with everything the ranks must do alike
-agreed at the top of each iteration (one small all-reduce): whether to stop (a
-signal to any rank, an observer of rank 0, or the env-step budget), the env steps
-every rank received since the last iteration (so progress, the learning-rate
-schedules' 0 to 1, is the same on every rank), and the episodes every rank's actors
-finished (gathered to rank 0, which counts and records each once). A learner trains
+agreed after each iteration's rollouts arrive (one small all-reduce): the env steps
+every rank received (so the counters, the env-step budget and the progress of the
+learning-rate schedules are the same on every rank, and an update sees the env
+steps a lone learner's would), whether to stop (a signal to any rank, or an
+observer of rank 0), and the episodes every rank's actors finished (gathered to
+rank 0, which counts and records each once). A learner trains
 only when every rank has a batch (`GroupPacer`). Checkpoints fall at the same
 update on every rank: each sends rank 0 its replays' state and the largest
 parameter difference between the ranks is logged (it must be 0).
@@ -102,13 +103,15 @@ class GroupDriver(Driver):
         cfg = self.cfg
         max_env_steps = self.start(max_env_steps)
         last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
-        while not self._agree(stop_requested, max_env_steps):
+        while self.counters.env_steps < max_env_steps:  # agreed counts: the same on every rank
             self.actors.grant()
             ready = any(learner.ready() for learner in self.learners)
             self._receive(self.actors.poll(0.0 if ready else 0.05))
             if time.time() - last_check >= 1.0:
                 self.actors.check()
                 last_check = time.time()
+            if self._agree(stop_requested):
+                break
             for learner in self.learners:
                 if self.pacer.due(learner):
                     batch = learner.next_batch()
@@ -131,8 +134,9 @@ class GroupDriver(Driver):
                     self.report.evaluation(*res)
             self.status()
 
-    def _agree(self, stop_requested, max_env_steps: int) -> bool:
-        """The iteration's agreement (see the module docstring); whether to stop."""
+    def _agree(self, stop_requested) -> bool:
+        """The iteration's agreement (see the module docstring): count what every rank
+        received; whether any rank asks to stop."""
         reasons = [r for r in (o.stop_reason() for o in self.observers) if r]
         stop, steps, episodes = self.group.agree(
             [float(stop_requested() or bool(reasons)), float(self._steps),
@@ -153,7 +157,7 @@ class GroupDriver(Driver):
                 self.log.info(f"{reasons[0] if reasons else 'a stop was requested'}: stopping "
                               f"the {self.group.size} learners")
             return True
-        return self.counters.env_steps >= max_env_steps
+        return False
 
     def _receive(self, rollouts) -> None:
         for rollout in rollouts:
