@@ -31,12 +31,11 @@ TWO = ("--env=CartPole-v1", "--learner_count=2", "--worker_count=2", "--eval_int
        "--status_interval=1", "--environment_max_steps=5000000")
 
 
-def test_two_serial_learners_repeat_bit_for_bit_with_one_learners_update_sequence(tmp_path):
-    # ppo: minibatches of the group's steps, both normalisers merged; "c" is one learner
-    # on the group's batch, whose updates fall at the same env steps
-    for k, learners, batch in (("a", 2, 4), ("b", 2, 4), ("c", 1, 8)):
-        proc = run_main("--serial", f"--learner_count={learners}", "--learner_threads=1",
-                        "--seed=7", "--env=CartPole-v1", "--agent=ppo", f"--batch_size={batch}",
+def test_two_serial_learners_repeat_bit_for_bit(tmp_path):
+    # ppo: minibatches of the group's steps, both normalisers merged
+    for k in ("a", "b"):
+        proc = run_main("--serial", "--learner_count=2", "--learner_threads=1", "--seed=7",
+                        "--env=CartPole-v1", "--agent=ppo", "--batch_size=4",
                         "--normalize_input=true", "--normalize_returns=true",
                         "--worker_count=2", "--environment_max_steps=2400",
                         "--eval_interval=0", f"--results_dir={tmp_path / k}", timeout=300)
@@ -47,9 +46,6 @@ def test_two_serial_learners_repeat_bit_for_bit_with_one_learners_update_sequenc
         assert a == b, f"{name} differs between two runs with --seed=7"
     assert "the largest parameter difference between the 2 learners is 0" in \
         run_log(str(tmp_path / "a"))
-    a, c = ([(r["updates"], r["env_steps"]) for r in _rows(str(tmp_path / k), "learner.csv")]
-            for k in "ac")
-    assert a == c
 
 
 def test_two_serial_learners_reach_475_on_cartpole(results):
@@ -60,17 +56,19 @@ def test_two_serial_learners_reach_475_on_cartpole(results):
 
 
 def _resume(results: str, *flags: str) -> dict:
+    """Resume the run with one learner (actors inline: a short run's start-up is its
+    cost) for 3,000 more env steps; its summary."""
     d = run_dir(results)
     steps = load_checkpoint(d)["counters"]["env_steps"]
     proc = run_main("--op_mode=train_w_load", f"--load_model_url={d}", "--learner_count=1",
-                    f"--environment_max_steps={steps + 3000}", *flags, timeout=300)
+                    "--serial", f"--environment_max_steps={steps + 3000}", *flags, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.load(open(os.path.join(d, "summary.json")))
 
 
 def test_sigint_stops_both_learners_and_the_run_resumes_with_one(results):
     shm_before = shm_entries()
-    proc = start_main(*TWO, f"--results_dir={results}")
+    proc = start_main(*TWO, "--serial", f"--results_dir={results}")  # the kill test has actors
     wait_for(lambda: learner_rows(results) >= 3, 120, "three learner updates", proc)
     out = stop_and_check(proc, [signal.SIGINT], results, shm_before)
     assert proc.returncode == 0, out
