@@ -79,6 +79,7 @@ class ImpactAgent(PPOAgent):
         return logits
 
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        batch = self.with_input(batch)  # the target network reads the raw "obs"
         adv, returns, old_values, target_logits = self.targets(
             batch, policy_logits=self.target_logits(batch))
         update_returns(self.model, returns, self.group)

@@ -131,17 +131,21 @@ class ActorCritic(nn.Module):
         """The state of `batch_size` envs before their first observation."""
         return () if self.core is None else self.core.initial_state(batch_size)
 
-    def forward(self, obs: torch.Tensor, state: State, done: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, State]:
-        """(params [T, B, P], value [T, B], new state) of obs [T, B, *obs_shape]."""
-        logits, value, _, state = self.forward_with_hidden(obs, state, done)
+    def forward(self, obs: torch.Tensor, state: State, done: torch.Tensor,
+                prepared: bool = False) -> tuple[torch.Tensor, torch.Tensor, State]:
+        """(params [T, B, P], value [T, B], new state) of obs [T, B, *obs_shape], or,
+        with `prepared`, of `prepare(obs)`'s float32 input."""
+        logits, value, _, state = self.forward_with_hidden(obs, state, done, prepared)
         return logits, value, state
 
-    def forward_with_hidden(self, obs: torch.Tensor, state: State, done: torch.Tensor
+    def forward_with_hidden(self, obs: torch.Tensor, state: State, done: torch.Tensor,
+                            prepared: bool = False
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
         """(params [T, B, P], value [T, B], hidden [T, B, H], new state), one pass."""
         t, b = obs.shape[:2]
-        x = self._input(obs.reshape(t * b, *obs.shape[2:]))
+        x = obs.reshape(t * b, *obs.shape[2:])
+        if not prepared:
+            x = self._input(x)
         h = self._features(x)
         if self.core is None:
             v = self._value_features(x, h)
@@ -167,6 +171,15 @@ class ActorCritic(nn.Module):
     def _input(self, obs: torch.Tensor) -> torch.Tensor:
         x = self.scale_input(obs)
         return x if self.obs_norm is None else self.obs_norm.normalize(x)
+
+    @torch.no_grad()
+    def prepare(self, obs: torch.Tensor) -> torch.Tensor:
+        """obs [..., *obs_shape] (uint8 or float32) as the float32 input the torso reads:
+        scaled, and normalised by the input statistics as they are now. Element by
+        element, so `forward(prepare(obs), prepared=True)` equals `forward(obs)` bit
+        for bit: an update that unrolls the same observations several times (ppo's
+        epochs) prepares them once, the statistics being fixed during an update."""
+        return self._input(obs)
 
     def _value(self, head: torch.Tensor) -> torch.Tensor:
         """The value head's output [N, 1] -> V [N] in return units."""
@@ -381,7 +394,7 @@ def unroll_start(model: ActorCritic, batch: dict[str, torch.Tensor]
     slots.py): the state it read row 0 with (the batch's "core_state" row 0; none
     for a stateless model) and done bool [T+1, B], true where x_t starts a new
     trajectory (the transition into it terminated or was truncated)."""
-    state = model.initial_state(batch["obs"].shape[1])
+    state = model.initial_state(batch["done"].shape[1])
     if state:
         state = unpack_state(batch["core_state"][0])
     return state, batch["done"] | batch["truncated"]

@@ -178,7 +178,7 @@ class PPOAgent(Agent):
         ratio to mu V-trace weighs by) is the current policy, or `policy_logits`
         [T+1, B, P] if given."""
         cfg = self.cfg
-        logits, values, _ = self.model(batch["obs"], *unroll_start(self.model, batch))
+        logits, values, _ = self.unroll(batch, *unroll_start(self.model, batch))
         if policy_logits is not None:
             logits = policy_logits
         rewards, discounts = transition_targets(batch, cfg)
@@ -200,7 +200,7 @@ class PPOAgent(Agent):
         targets and step-1 values ([T, b])."""
         cfg = self.cfg
         state, done = unroll_start(self.model, batch)
-        logits, values, _ = self.model(batch["obs"][:-1], state, done[:-1])
+        logits, values, _ = self.unroll(batch, state, done, rows=-1)
         dist = self.model.distribution
         policy, behaviour = dist(logits), dist(batch["logits"][:-1])
         action = batch["action"][:-1]
@@ -227,7 +227,24 @@ class PPOAgent(Agent):
                       "clip_fraction": active.mean().item(),
                       "mean_rho": log_ratio.exp().mean().item()}
 
+    def with_input(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """`batch` with "input": its observations prepared for the model once for the
+        whole update (`ActorCritic.prepare`: scaled and normalised), which `targets`
+        and every minibatch of every epoch read instead of the raw "obs" (a model
+        without `prepare` reads "obs")."""
+        prepare = getattr(self.model, "prepare", None)
+        return batch if prepare is None else {**batch, "input": prepare(batch["obs"])}
+
+    def unroll(self, batch: dict[str, torch.Tensor], state, done: torch.Tensor,
+               rows: int | None = None):
+        """The model's (params, values, state) over the batch's rows [:rows]: its
+        prepared "input" if it has one, else its "obs"."""
+        if "input" in batch:
+            return self.model(batch["input"][:rows], state, done[:rows], prepared=True)
+        return self.model(batch["obs"][:rows], state, done[:rows])
+
     def train(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        batch = self.with_input(batch)
         adv, returns, old_values, _ = self.targets(batch)
         update_returns(self.model, returns, self.group)
         return self.epochs(batch, adv, returns, old_values)
@@ -255,7 +272,8 @@ class PPOAgent(Agent):
                 if self.group.size > 1:
                     cols = group_columns(cols, b // rows, self.group)
                 cols = cols.to(adv.device)
-                part = {k: v[:, cols] for k, v in batch.items() if k != "replayed"}
+                part = {k: v[:, cols] for k, v in batch.items()
+                        if k != "replayed" and not (k == "obs" and "input" in batch)}
                 loss, stats = self.minibatch_loss(part, adv[:, cols], returns[:, cols],
                                                   old_values[:, cols])
                 grad_norm = self.step(loss)

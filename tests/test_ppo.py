@@ -286,3 +286,53 @@ def test_one_minibatch_of_all_steps_is_the_update_of_all_rollouts():
     torch.testing.assert_close(after[0][1], after[1][1], rtol=0, atol=1e-12)
     for key in ("policy_loss", "value_loss", "entropy", "kl"):
         assert after[0][2][key] == pytest.approx(after[1][2][key], rel=1e-12)
+
+
+@pytest.mark.parametrize("agent_name", ["ppo", "impact"])
+def test_an_update_normalises_its_inputs_once_and_trains_bit_for_bit_as_before(agent_name):
+    """ppo's epochs read the batch's observations prepared once (scaled and normalised:
+    `ActorCritic.prepare`), not once per forward pass; the update is the same bit for
+    bit as one that normalises in every pass (Atari's uint8 frames, input statistics)."""
+    from option_flags import default_values
+    from training.config import make_config
+    from training.factory import make_agent
+    from wrappers.envs import EnvInfo
+
+    cfg, errors = make_config(default_values(env="PongNoFrameskip-v4", agent=agent_name,
+                                             batch_size=4, r_f_steps=6, worker_count=1,
+                                             ppo_minibatches=2, normalize_input=True))
+    assert not errors, errors
+    info = EnvInfo(obs_shape=(4, 84, 84), obs_dtype="uint8", num_actions=6, kind="atari",
+                   frames_per_step=4, frame_stack=4)
+    g = torch.Generator().manual_seed(0)
+    t, b = cfg.r_f_steps, 4
+    batch = {"obs": torch.randint(0, 255, (t + 1, b, 4, 84, 84), generator=g,
+                                  dtype=torch.uint8),
+             "action": torch.randint(0, 6, (t + 1, b), generator=g),
+             "logits": torch.randn(t + 1, b, 6, generator=g), "value": torch.zeros(t + 1, b),
+             "reward": torch.randn(t + 1, b, generator=g),
+             "done": torch.zeros(t + 1, b, dtype=torch.bool),
+             "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
+             "bootstrap_value": torch.zeros(t + 1, b)}
+    agents, passes = [], []
+    for prepare_once in (True, False):
+        torch.manual_seed(0)
+        agent = make_agent(cfg, info)
+        agent.observe(batch["obs"][:-1])
+        if not prepare_once:  # every forward pass scales and normalises, as before
+            agent.with_input = lambda batch: batch
+        calls = [0]
+        normalize = agent.model._input
+
+        def counted(x, normalize=normalize, calls=calls):
+            calls[0] += 1
+            return normalize(x)
+        agent.model._input = counted
+        agent.update(batch, progress=0.0)
+        agents.append(agent)
+        passes.append(calls[0])
+    steps = cfg.ppo_epochs * cfg.ppo_minibatches
+    assert passes == [1, 1 + steps]
+    for (name, p1), p2 in zip(agents[0].model.state_dict().items(),
+                              agents[1].model.state_dict().values(), strict=True):
+        assert torch.equal(p1, p2), name
