@@ -91,7 +91,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     *_section(
         "general",
         _enum("agent", None, tuple(AGENTS),  # agents/registry.py
-              f"The learner's algorithm: {agents_help()}; auto: ppo on Atari and continuous "
+              f"The learner's algorithm: {agents_help()}; auto: ppo on Atari, Box2D and continuous "
               "actions, impala else. Cannot change on resume."),
         _enum("op_mode", "train", ("train", "train_w_load", "test"),
               "train: a new run; train_w_load: resume from --load_model_url; test: play "
@@ -133,11 +133,19 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     ),
     *_section(
         "training",
-        _int("batch_size", None, "Rollouts per learner batch; auto: 8 pixels, 16 vector."),
-        _int("r_f_steps", None, "Rollout length T in env steps; auto: 20."),
-        _enum("optimizer", None, ("rmsprop", "adam"), "auto: rmsprop pixels, adam vector."),
+        _int("batch_size", None,
+             "Rollouts per learner batch (per learner with --learner_count); auto: impala 8 "
+             "pixels, 16 discrete vectors, 32 continuous; ppo agents 8 on Atari and "
+             "HalfCheetah, 16 Box2D discrete, 32 else."),
+        _int("r_f_steps", None,
+             "Rollout length T in env steps; auto: 20; 128 for ppo agents on Atari; 64 "
+             "continuous and for ppo agents on Box2D discrete."),
+        _enum("optimizer", None, ("rmsprop", "adam"),
+              "auto: rmsprop for impala on pixels (Atari, MinAtar), else adam."),
         _float("lr", None,
-               "Initial learning rate; auto: 6e-4 pixels (Atari, MinAtar), 2e-3 vector."),
+               "Initial learning rate; auto: impala 6e-4 pixels, 2e-3 discrete vectors, 3e-4 "
+               "continuous; ppo agents 2.5e-4, 3e-4 Box2D discrete and continuous, 2.0633e-5 "
+               "HalfCheetah."),
         _float("lr_end_value", None,
                "Learning rate at the end of the run (the schedule decays from --lr to it over "
                "--environment_max_steps); auto: --lr (constant) for ppo agents on Atari and "
@@ -152,8 +160,7 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
                "(torch's) for impala."),
         _float("gradient_clip_by_norm_threshold", None,
                "Global gradient-norm clip (of the mean-reduced losses); 0: off. auto: 0.5 as "
-               "A2C, CleanRL and Sample Factory (on CartPole 40, never reached, let the policy "
-               "fall back after solving), 0.8 for ppo on HalfCheetah."),
+               "A2C, CleanRL and Sample Factory, 0.8 for ppo on HalfCheetah."),
         _int("hidden_size", None,
              "Width of the last hidden layer; auto: 512 Atari, 256 MinAtar and for ppo on "
              "HalfCheetah, 64 vector."),
@@ -188,7 +195,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
              "--batch_size (docs: more-than-one-machine.md)."),
         _str("learner_devices", None,
              "--learner_count: the device of each rank, comma-separated (cuda:0,cuda:1,...: "
-             "NCCL; cpu: gloo); unset: --device for every rank."),
+             "NCCL; cpu: gloo); unset: --device, its GPUs taken in turn (cuda:rank modulo "
+             "the count)."),
         _float("learner_timeout", 120.0,
                "--learner_count > 1: seconds a rank waits for the others at a collective "
                "(and at start-up) before the run stops with status 1; bounds how long a hung "
@@ -255,10 +263,11 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     ),
     *_section(
         "PPO and Truly PPO (--agent=ppo / truly_ppo)",
-        _int("ppo_epochs", None, "Passes over each batch; auto: 4, 10 continuous."),
+        _int("ppo_epochs", None,
+             "Passes over each batch; auto: 4, 10 continuous, 20 HalfCheetah."),
         _int("ppo_minibatches", None,
              "Minibatches per pass; at most --batch_size with --ppo_shuffle=rollouts; auto: 4, "
-             "32 continuous, 16 Box2D discrete."),
+             "32 continuous, 16 Box2D discrete, 8 HalfCheetah."),
         _enum("ppo_shuffle", None, ("rollouts", "steps"),
               "What a minibatch is made of: whole rollouts (Sample Factory's way; needed by "
               "--use_lstm) or steps drawn from every rollout (CleanRL's and SB3's way, "
