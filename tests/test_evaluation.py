@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from agents.networks import ModelSpec, build_model
 from tests.conftest import run_main
 from training.run_dir import EVAL_COLUMNS
-from workers.evaluator import EvalConfig, Evaluator, play
+from workers.evaluator import EvalConfig, Evaluator, duty_cap, play
 from wrappers.envs import EnvOptions, env_info, make_batched_env
 
 
@@ -55,6 +55,18 @@ def test_a_run_writes_eval_csv_and_its_summary(results):
     assert summary["eval_best"]["mean"] == max(float(r["mean"]) for r in rows)
 
 
+def test_an_asynchronous_run_ends_with_an_evaluation_of_its_final_policy(results):
+    proc = run_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=12000",
+                    "--eval_interval=4000", "--eval_episodes=3", f"--results_dir={results}")
+    assert proc.returncode == 0, proc.stderr
+    (run,) = glob.glob(os.path.join(results, "*"))
+    with open(os.path.join(run, "eval.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert rows and int(rows[-1]["weights_version"]) == summary["updates"]
+    assert summary["eval_last"]["weights_version"] == summary["updates"]
+
+
 def cartpole_evaluator(episodes: int, greedy: bool, max_duty: float | None = None):
     """(an Evaluator of CartPole games on 2 envs, not started; its model)."""
     info = env_info("CartPole-v1", EnvOptions())
@@ -90,7 +102,7 @@ def test_a_dead_evaluator_is_restarted(caplog):
         ev.close()
 
 
-def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch):
+def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch, caplog):
     ev, model = cartpole_evaluator(episodes=4, greedy=False, max_duty=0.25)
     clock = [1000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
@@ -110,11 +122,29 @@ def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch):
         ev.poll()
         ev.results = real
         assert ev.not_before == 1000.0 + 2.0 / 0.25
-        assert not ev.maybe_request(model, version=2, env_steps=25)  # due, but capped
-        clock[0] = 1008.0
-        assert ev.maybe_request(model, version=2, env_steps=25)
+        with caplog.at_level(logging.INFO, logger="test_evaluator"):
+            assert not ev.maybe_request(model, version=2, env_steps=25)  # due, but capped
+            assert not ev.maybe_request(model, version=2, env_steps=27)  # told once
+            clock[0] = 1008.0
+            assert ev.maybe_request(model, version=2, env_steps=45)
+        told = [r.getMessage() for r in caplog.records]
+        assert told == ["evaluation due at 20 env steps waits for the duty cap (25% of the "
+                        "wall time): 6 s",
+                        "evaluation at 45 env steps: 2 due point(s) of --eval_interval=10 "
+                        "passed while it waited"], told
+        assert ev.next_at == 50
+        # the end of the run: the final weights, unless running or already asked for
+        assert not ev.request_final(model, version=3, env_steps=47)  # one is running
+        ev.busy_since = None
+        assert not ev.request_final(model, version=2, env_steps=47)  # had them
+        assert ev.request_final(model, version=3, env_steps=47)
     finally:
         ev.close()
+
+
+def test_the_duty_cap_grows_with_the_cores_left_free():
+    assert [duty_cap(2, busy) for busy in (3, 2, 1, 0)] == [0.25, 0.25, 0.5, 0.75]
+    assert duty_cap(16, 3) == 1.0  # 13 free cores: no cap
 
 
 class _Ready:

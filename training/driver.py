@@ -102,10 +102,22 @@ class Driver:
                 self.save()
                 last_ckpt = self.counters.updates
                 self._wait_since = time.perf_counter()
-        if self.evaluator is not None and not stop_requested():  # the one in flight
-            for res in wait_ready(self.evaluator, 120, stop_requested):
-                self.report.evaluation(*res)
+        self.final_evaluation(stop_requested)
         self.status()
+
+    def final_evaluation(self, stop_requested) -> None:
+        """At the end of a run (not after a stop request): the evaluation in flight
+        (up to 120 s), then one of the final weights if none had them."""
+        if self.evaluator is None or stop_requested():
+            return
+        for res in wait_ready(self.evaluator, 120, stop_requested):
+            self.report.evaluation(*res)
+        learner = self.learners[0]
+        if self.evaluator.request_final(learner.agent.acting_model, learner.updates,
+                                        self.counters.env_steps):
+            self.log.info(f"evaluating the final policy (weights {learner.updates})")
+            for res in wait_ready(self.evaluator, math.inf, stop_requested):
+                self.report.evaluation(*res)
 
     def start(self, max_env_steps: int | None) -> int:
         """Start the actors, the evaluator and the learners; the env steps to train to

@@ -11,6 +11,7 @@ benchmarks time, so they take the step training takes.
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 import torch.multiprocessing as mp
@@ -34,7 +35,7 @@ from training.report import Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
 from workers.actor_pool import ActorPoolBase, actor_seed
-from workers.evaluator import MAX_DUTY, EvalConfig, Evaluator
+from workers.evaluator import EvalConfig, Evaluator, duty_cap
 from workers.pool import ActorPool
 from workers.serial_pool import SerialActorPool
 from workers.slots import SlotPool
@@ -208,4 +209,5 @@ def make_evaluator(cfg: Config, info: EnvInfo, agent: Agent, run: RunDir, env_st
         seed=cfg.seed + 104_729)
     return Evaluator(mp.get_context("spawn"), eval_cfg, agent.acting_model, cfg.eval_interval,
                      run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval,
-                     max_duty=None if cfg.serial else MAX_DUTY)
+                     max_duty=None if cfg.serial else
+                     duty_cap(os.cpu_count() or 1, cfg.worker_count + cfg.learner_count))

@@ -29,7 +29,6 @@ import torch
 from training.driver import Driver
 from training.policy_learner import PolicyLearner
 from training.report import Counters
-from workers.evaluator import wait_ready
 
 
 class FollowerRun:
@@ -129,9 +128,7 @@ class GroupDriver(Driver):
                 last_ckpt = self.counters.updates
                 self._wait_since = time.perf_counter()
         if self.leader:
-            if self.evaluator is not None and not stop_requested():
-                for res in wait_ready(self.evaluator, 120, stop_requested):
-                    self.report.evaluation(*res)
+            self.final_evaluation(stop_requested)
             self.status()
 
     def _agree(self, stop_requested) -> bool:

@@ -8,11 +8,15 @@ process of its own, pulls those weights and plays `--eval_episodes` whole games
 sampled from the policy or, with `--eval_policy=greedy`, the most likely one. It
 sends back an `EvalResult`. It runs at a lower CPU priority than training
 (`NICENESS`). One evaluation runs at a time: a request that comes due
-while one is running waits for the next interval. Evaluations also take at most
-`MAX_DUTY` of the wall time: after one that took D seconds the next waits until
-D / MAX_DUTY seconds after that one began (its cost to training is about MAX_DUTY
-times the cost while it runs: README, Evaluation). A `--serial` run, which waits
-for each evaluation anyway, has no such cap, so its eval.csv repeats bit for bit.
+while one is running waits for it. Evaluations also take at most a duty share of
+the wall time (`duty_cap`: MAX_DUTY on a machine whose cores the actors and
+learners fill, more for each core left free): after one that took D seconds the
+next waits until D / duty seconds after that one began (its cost to training is
+about the duty times the cost while it runs). Whatever delays a due evaluation is
+logged, with the due points it passed over. At the end of a run the final policy
+is evaluated too (`request_final`), unless the last evaluation already had its
+weights. A `--serial` run, which waits for each evaluation anyway, has no cap, so
+its eval.csv repeats bit for bit.
 An evaluator that dies is logged and restarted, `MAX_RESTARTS` times, then left
 off; training goes on.
 
@@ -123,6 +127,13 @@ NICENESS = 10  # the evaluator's CPU priority below training's
 MAX_DUTY = 0.25
 
 
+def duty_cap(cores: int, busy: int) -> float:
+    """The share of the wall time evaluations may take on `cores` cores of which the
+    actors and learners keep `busy` (one each): MAX_DUTY, and MAX_DUTY more for each
+    core left free (no cap, 1.0, from 3 free cores up)."""
+    return min(1.0, MAX_DUTY * (1 + max(0, cores - busy)))
+
+
 class Evaluator:
     """The learner's side: `maybe_request` when training passes the next multiple of
     `interval` env steps, `poll` for results, `close` at the end."""
@@ -140,6 +151,8 @@ class Evaluator:
         self.restarts = 0
         self.busy_since: float | None = None
         self.process = None
+        self.version: int | None = None  # the weights of the newest request
+        self._told: set[tuple[int, bool]] = set()  # (due point, busy) already logged
 
     def start(self) -> None:
         requests_r, self.requests = self.ctx.Pipe(duplex=False)
@@ -154,18 +167,45 @@ class Evaluator:
 
     def maybe_request(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
         """Ask for an evaluation of `model` if `env_steps` reached the next one, none
-        is running (one that comes due meanwhile is skipped) and the duty cap allows
-        it (a due one then waits for it); whether it asked."""
-        if env_steps < self.next_at or self.busy_since is not None or self.process is None \
-                or time.time() < self.not_before:
+        is running and the duty cap allows it (a due one waits for both, and what it
+        waits for is logged once); whether it asked."""
+        if env_steps < self.next_at or self.process is None:
             return False
+        now = time.time()
+        if self.busy_since is not None or now < self.not_before:
+            busy = self.busy_since is not None
+            if (self.next_at, busy) not in self._told:
+                self._told.add((self.next_at, busy))
+                why = "the evaluation in flight" if busy else \
+                    f"the duty cap ({self.max_duty:.0%} of the wall time): " \
+                    f"{self.not_before - now:.0f} s"
+                self.log.info(f"evaluation due at {self.next_at:,} env steps waits for {why}")
+            return False
+        if not self._send(model, version, env_steps):
+            return False
+        passed = (env_steps - self.next_at) // self.interval
+        if passed:
+            self.log.info(f"evaluation at {env_steps:,} env steps: {passed} due point(s) of "
+                          f"--eval_interval={self.interval:,} passed while it waited")
+        self.next_at = (env_steps // self.interval + 1) * self.interval
+        return True
+
+    def request_final(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
+        """At the end of a run: ask for an evaluation of the final weights `version`,
+        whatever the interval and the duty cap, unless one of them was the last asked
+        for or one is still running; whether it asked."""
+        if self.process is None or self.busy_since is not None or self.version == version:
+            return False
+        return self._send(model, version, env_steps)
+
+    def _send(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
         self.weights.publish(model, version)
         try:
             self.requests.send(env_steps)
         except (BrokenPipeError, OSError):
             return False  # dead: `poll` restarts it
         self.busy_since = time.time()
-        self.next_at = (env_steps // self.interval + 1) * self.interval
+        self.version = version
         return True
 
     def poll(self) -> list[EvalResult]:
