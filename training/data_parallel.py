@@ -239,10 +239,16 @@ class Ranks:
             self.close(wait_s=0.0)
             raise
 
-    def close(self, wait_s: float = 30.0) -> list[int | None]:
-        """Leave the group (a rank still waiting on rank 0 then fails at once), wait up
-        to `wait_s` for the ranks to exit, kill the rest; their exit codes."""
+    def close(self, wait_s: float = 30.0, clean: bool = False) -> list[int | None]:
+        """Leave the group (after a last agreement with the ranks when the run ended
+        `clean`; else a rank still waiting on rank 0 fails at once), wait up to
+        `wait_s` for the ranks to exit, kill the rest; their exit codes."""
         if getattr(self, "group", None) is not None:
+            if clean:
+                try:
+                    self.group.agree([0.0])
+                except GroupFailure:
+                    pass  # a rank that left: its exit code tells
             self.group.close()
         deadline = time.monotonic() + wait_s
         for p in self.procs:
@@ -295,13 +301,18 @@ def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
             if status == 0:
                 try:
                     driver.save()  # its part of the last checkpoint (a collective)
+                    group.agree([0.0])  # rank 0 wrote it: nobody is mid-collective now
                 except GroupFailure as e:
                     run.log.error(str(e))
                     status = 1
         if group is not None:
             group.close()
         run.close()
-    sys.exit(status)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # no interpreter teardown: it could meet gloo's transport threads still winding
+    # down and abort the process (seen twice in ~40 runs on 2 busy cores)
+    os._exit(status)
 
 
 def rank_view(cfg, rank: int):
