@@ -58,6 +58,7 @@ class Driver:
         self.observers = list(observers)
         self.evaluator = evaluator
         self.log = report.log
+        self.leader = True  # this driver reports: status, evaluations, the final ones
         self._dropped = self.replay_dropped()  # as last logged
         self.stop_losses: dict[str, int] = {}  # what the stop lost (`close`)
         self._wait_since = time.perf_counter()  # when the learners began waiting for a batch
@@ -77,33 +78,51 @@ class Driver:
         cfg = self.cfg
         max_env_steps = self.start(max_env_steps)
         last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
-        while self.counters.env_steps < max_env_steps and not stop_requested():
-            reasons = [r for r in (o.stop_reason() for o in self.observers) if r]
-            if reasons:
-                self.log.info(f"{reasons[0]}: stopping")
-                break
+        while self.counters.env_steps < max_env_steps and not self._stop_before(stop_requested):
             self.actors.grant()
-            due = [learner for learner in self.learners if self.pacer.due(learner)]
-            self._receive(self.actors.poll(0.0 if due else 0.05))
+            ready = any(learner.ready() for learner in self.learners)
+            self._receive(self.actors.poll(0.0 if ready else 0.05))
             if time.time() - last_check >= 1.0:
                 self.actors.check()
                 last_check = time.time()
+            if self._stop_after_receipt(stop_requested):
+                break
             for learner in self.learners:
                 if self.pacer.due(learner):
-                    batch = learner.next_batch()
-                    if batch is not None:
-                        self._update(learner, batch)
-            self._evaluate(stop_requested)
-            if time.time() - last_status >= cfg.status_interval:
-                self.status()
-                last_status = time.time()
-                self._wait_since = time.perf_counter()  # reporting is not waiting
+                    self._train(learner)
+            if self.leader:
+                self._evaluate(stop_requested)
+                if time.time() - last_status >= cfg.status_interval:
+                    self.status()
+                    last_status = time.time()
+                    self._wait_since = time.perf_counter()  # reporting is not waiting
             if self.counters.updates - last_ckpt >= cfg.save_model_period:
                 self.save()
                 last_ckpt = self.counters.updates
                 self._wait_since = time.perf_counter()
-        self.final_evaluation(stop_requested)
-        self.status()
+        if self.leader:
+            self.final_evaluation(stop_requested)
+            self.status()
+
+    def _stop_before(self, stop_requested) -> bool:
+        """Whether to stop before this iteration: a signal, or an observer's reason."""
+        if stop_requested():
+            return True
+        reasons = [r for r in (o.stop_reason() for o in self.observers) if r]
+        if reasons:
+            self.log.info(f"{reasons[0]}: stopping")
+        return bool(reasons)
+
+    def _stop_after_receipt(self, stop_requested) -> bool:
+        """Whether to stop once this iteration's rollouts arrived (data-parallel ranks
+        agree on it there: training/group_driver.py)."""
+        return False
+
+    def _train(self, learner: PolicyLearner) -> None:
+        """An update of `learner`, which its pacer found due, if a batch is there."""
+        batch = learner.next_batch()
+        if batch is not None:
+            self._update(learner, batch)
 
     def final_evaluation(self, stop_requested) -> None:
         """At the end of a run (not after a stop request): the evaluation in flight

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import logging
 import sys
-import time
 
 import torch
 
@@ -86,50 +85,31 @@ class GroupDriver(Driver):
     def __init__(self, *args, group, **kwargs):
         super().__init__(*args, **kwargs)
         self.group = group
-        self.leader = group.rank == 0
+        self.leader = group.rank == 0  # rank 0 reports
         self.agreed = True  # False once a collective failed: checkpoints are rank 0's alone
         self._steps = 0  # env steps received since the last agreement
         self._episodes: list[tuple[int, list]] = []  # (policy id, episodes) since then
 
     def run(self, stop_requested=lambda: False, max_env_steps: int | None = None) -> None:
         try:
-            self._run(stop_requested, max_env_steps)
+            super().run(stop_requested, max_env_steps)
         except BaseException:
             self.agreed = False
             raise
 
-    def _run(self, stop_requested, max_env_steps: int | None) -> None:
-        cfg = self.cfg
-        max_env_steps = self.start(max_env_steps)
-        last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
-        while self.counters.env_steps < max_env_steps:  # agreed counts: the same on every rank
-            self.actors.grant()
-            ready = any(learner.ready() for learner in self.learners)
-            self._receive(self.actors.poll(0.0 if ready else 0.05))
-            if time.time() - last_check >= 1.0:
-                self.actors.check()
-                last_check = time.time()
-            if self._agree(stop_requested):
-                break
-            for learner in self.learners:
-                if self.pacer.due(learner):
-                    batch = learner.next_batch()
-                    if batch is None:
-                        raise RuntimeError("a learner had a batch ready and then none")
-                    self._update(learner, batch)
-            if self.leader:
-                self._evaluate(stop_requested)
-                if time.time() - last_status >= cfg.status_interval:
-                    self.status()
-                    last_status = time.time()
-                    self._wait_since = time.perf_counter()
-            if self.counters.updates - last_ckpt >= cfg.save_model_period:
-                self.save()
-                last_ckpt = self.counters.updates
-                self._wait_since = time.perf_counter()
-        if self.leader:
-            self.final_evaluation(stop_requested)
-            self.status()
+    def _stop_before(self, stop_requested) -> bool:
+        return False  # stops are agreed after receipt, by every rank
+
+    def _stop_after_receipt(self, stop_requested) -> bool:
+        return self._agree(stop_requested)
+
+    def _train(self, learner: PolicyLearner) -> None:
+        """Every rank had a batch (`GroupPacer`): not taking it would desynchronise
+        the ranks' collectives."""
+        batch = learner.next_batch()
+        if batch is None:
+            raise RuntimeError("a learner had a batch ready and then none")
+        self._update(learner, batch)
 
     def _agree(self, stop_requested) -> bool:
         """The iteration's agreement (see the module docstring): count what every rank
