@@ -32,6 +32,16 @@ def _only_run_dir(results: str) -> str:
     return runs[0]
 
 
+def _test_mode(run: str, results: str, *flags: str):
+    """Test mode on the saved agent of `run` into `results`: (the process, which exited
+    0, the test's run directory, its test_summary.json)."""
+    proc = run_main("--op_mode=test", f"--load_model_url={run}", *flags,
+                    f"--results_dir={results}", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    test_run = _only_run_dir(results)
+    return proc, test_run, json.load(open(os.path.join(test_run, "test_summary.json")))
+
+
 def test_pong_smoke_run_leaves_every_file(results):
     # the default agent (ppo on Atari: 4 epochs x 4 minibatches an update) on tiny batches
     proc = run_main("--env=PongNoFrameskip-v4", "--environment_max_steps=400",
@@ -98,13 +108,7 @@ def test_corrupt_checkpoint_is_a_clear_error(results, tmp_path):
 
 
 def test_test_mode_plays_a_saved_agent(results, cartpole_run):
-    run = cartpole_run
-    test_results = results + "_test"
-    proc = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=5",
-                    f"--results_dir={test_results}", timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    test_run = _only_run_dir(test_results)
-    summary = json.load(open(os.path.join(test_run, "test_summary.json")))
+    _, test_run, summary = _test_mode(cartpole_run, results + "_test", "--test_episode_count=5")
     assert summary["episodes"] == 5
     rows = list(csv.DictReader(open(os.path.join(test_run, "test_episodes.csv"))))
     assert len(rows) == 5
@@ -112,14 +116,10 @@ def test_test_mode_plays_a_saved_agent(results, cartpole_run):
 
 
 def test_test_mode_greedy_with_render_records_a_video_headless(results, cartpole_run):
-    proc = run_main("--op_mode=test", f"--load_model_url={cartpole_run}", "--test_episode_count=4",
-                    "--test_policy=greedy", "--render", "--worker_count=2",
-                    f"--results_dir={results}", timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    test_run = _only_run_dir(results)
+    proc, test_run, summary = _test_mode(cartpole_run, results, "--test_episode_count=4",
+                                         "--test_policy=greedy", "--render", "--worker_count=2")
     assert "recorded the first 2 games" in proc.stdout  # of the first worker's 2
     assert os.path.getsize(os.path.join(test_run, "test_video.mp4")) > 1000
-    summary = json.load(open(os.path.join(test_run, "test_summary.json")))
     assert summary["episodes"] == 4 and summary["policy"] == "greedy"
 
 
@@ -128,12 +128,8 @@ def test_render_records_a_looping_gif_with_video_format_gif(results, cartpole_ru
 
     from wrappers.video import gif_frame_ms
 
-    proc = run_main("--op_mode=test", f"--load_model_url={cartpole_run}", "--test_episode_count=1",
-                    "--render", "--video_format=gif", "--worker_count=1",
-                    f"--results_dir={results}", timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    test_run = _only_run_dir(results)
-    summary = json.load(open(os.path.join(test_run, "test_summary.json")))
+    _, test_run, summary = _test_mode(cartpole_run, results, "--test_episode_count=1",
+                                      "--render", "--video_format=gif", "--worker_count=1")
     with Image.open(os.path.join(test_run, "test_video.gif")) as gif:
         assert gif.info.get("loop") == 0 and gif.size[0] > 100
         durations = []
