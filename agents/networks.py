@@ -34,7 +34,7 @@ import math
 import torch
 from torch import nn
 
-from agents.distributions import DISTRIBUTIONS
+from agents.distributions import BOUNDED, DISTRIBUTIONS
 from agents.normalize import RunningMeanStd
 
 
@@ -337,6 +337,9 @@ class ModelSpec:
     action_kind: str = "discrete"  # a key of agents.distributions.DISTRIBUTIONS
     mlp_activation: str = "tanh"  # a key of MLP_ACTIVATIONS (read by the MLP only)
     mlp_shared_torso: bool = False  # one MLP torso for both heads (read by the MLP only)
+    # a Box's bounds, float per dimension (the env's; read by the bounded kinds only)
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
     def __post_init__(self):
         object.__setattr__(self, "obs_shape", tuple(self.obs_shape))
@@ -359,6 +362,10 @@ class ModelSpec:
         return DISTRIBUTIONS[self.action_kind].param_size(self.num_actions)
 
     def build(self) -> ActorCritic:
+        if self.action_kind in BOUNDED:  # an off-policy agent's actor
+            from agents.off_policy import PolicyMLP  # noqa: PLC0415 - it builds on this module
+
+            return PolicyMLP(self)
         return build_model(self.obs_shape, self.num_actions, self.hidden_size,
                            self.normalize_input, self.normalize_returns, self.lstm_size,
                            self.action_kind, self.mlp_activation, self.mlp_shared_torso)
@@ -370,10 +377,13 @@ class ModelSpec:
         values (name -> value; at least `ARCHITECTURE_FLAGS`)."""
         return cls(info["obs_shape"], info["num_actions"],
                    action_kind=info.get("action_kind", "discrete"),
+                   action_low=tuple(info.get("action_low", ())),
+                   action_high=tuple(info.get("action_high", ())),
                    **{name: flags.get(name) for name in ARCHITECTURE_FLAGS})
 
 
-ENV_FIELDS = ("obs_shape", "num_actions", "action_kind")  # the env's, not flags
+ENV_FIELDS = ("obs_shape", "num_actions", "action_kind", "action_low",
+              "action_high")  # the env's, not flags
 ARCHITECTURE_FLAGS = tuple(f.name for f in dataclasses.fields(ModelSpec)
                            if f.name not in ENV_FIELDS)
 

@@ -30,6 +30,18 @@ TRULY_PPO_FLAGS = ("truly_ppo_delta", "truly_ppo_alpha")
 IMPALA_FLAGS = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
                 "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
 IMPACT_FLAGS = ("impact_target_update",)
+# the off-policy agents' (agents/off_policy.py): the rate limiter's and the loop's
+OFF_POLICY_FLAGS = ("replay_ratio", "learning_starts", "n_step", "tau", "q_lr")
+SAC_FLAGS = ("policy_frequency", "target_network_frequency", "autotune", "alpha")
+TD3_FLAGS = ("policy_frequency", "policy_noise", "noise_clip", "exploration_noise")
+# CleanRL's sac/td3/ddpg_continuous_action values, where the env family's would differ
+# (its MLPs, Adam with torch's eps, no clip, no normalisation, a constant lr); the
+# replay: `standard`, 1M transitions (training/config.py)
+OFF_POLICY = dict(batch_size=256, r_f_steps=8, envs_per_worker=1, optimizer="adam",
+                  lr=3e-4, adam_eps=1e-8, hidden_size=256, mlp_activation="relu",
+                  gradient_clip_by_norm_threshold=0.0, normalize_input=False,
+                  normalize_returns=False, clip_rewards=False, gamma=0.99,
+                  training_fill_in_factor=0.0, replay_ratio=1.0)
 
 
 def _load(path: str):
@@ -42,8 +54,10 @@ class AgentEntry:
     path: str  # "module:Class" of its agents.agent.Agent subclass (with from_config)
     summary: str  # what --agent's help says of it
     flags: tuple[str, ...]  # the agent-specific flags it reads
-    family_defaults: str  # which of an env family's auto tables it takes: "impala" or "ppo"
-    defaults: Mapping[str, object]  # its auto flag values on every env family
+    # which of an env family's auto tables it takes: "impala", "ppo" or "off_policy"
+    # (the family's values every agent takes, `wrappers.envs.EnvFamily.auto_values`)
+    family_defaults: str
+    defaults: Mapping[str, object]  # its auto flag values on every env family (they win)
     # action kind of the env (EnvInfo.action_kind) -> its policy's distribution
     # (a key of agents.distributions.DISTRIBUTIONS); a kind not here is refused
     distributions: Mapping[str, str] = dataclasses.field(
@@ -73,6 +87,24 @@ AGENTS: dict[str, AgentEntry] = {
     "impact": AgentEntry("agents.impact:ImpactAgent",
                          "ppo's clip against a target network, V-trace advantages",
                          PPO_FLAGS + IMPACT_FLAGS, "ppo", {"adam_eps": 1e-5}),
+    "sac": AgentEntry("agents.sac:SACAgent",
+                      "soft actor-critic on transitions from a replay, Box actions",
+                      OFF_POLICY_FLAGS + SAC_FLAGS, "off_policy",
+                      {**OFF_POLICY, "learning_starts": 5000, "q_lr": 1e-3,
+                       "policy_frequency": 2},
+                      {"box": "tanh_gaussian"}, "agents.off_policy:sac_model"),
+    "td3": AgentEntry("agents.td3:TD3Agent",
+                      "twin delayed DDPG on transitions from a replay, Box actions",
+                      OFF_POLICY_FLAGS + TD3_FLAGS, "off_policy",
+                      {**OFF_POLICY, "learning_starts": 25000, "q_lr": 3e-4,
+                       "policy_frequency": 2},
+                      {"box": "deterministic"}, "agents.off_policy:twin_model"),
+    "ddpg": AgentEntry("agents.td3:DDPGAgent",
+                       "deterministic policy gradient (TD3 without its twin critics, "
+                       "smoothing and delay), Box actions",
+                       OFF_POLICY_FLAGS + ("exploration_noise",), "off_policy",
+                       {**OFF_POLICY, "learning_starts": 25000, "q_lr": 3e-4},
+                       {"box": "deterministic"}, "agents.off_policy:single_model"),
 }
 
 
@@ -91,10 +123,16 @@ def flag_readers() -> dict[str, tuple[str, ...]]:
     return readers
 
 
+def off_policy(agent: str) -> bool:
+    """Whether `agent` learns from transitions at a replay ratio (sac, td3, ddpg)."""
+    return AGENTS[agent].family_defaults == "off_policy"
+
+
 def model_spec(info: dict, flags: dict):
-    """The agents.networks.ModelSpec of the model `flags["agent"]` trains for an env's
-    `info` (`EnvInfo` as a dict): `ModelSpec.of`, with the agent's distribution for
-    the env's actions."""
+    """The agents.networks.ModelSpec of the model `flags["agent"]` acts with for an
+    env's `info` (`EnvInfo` as a dict): `ModelSpec.of`, with the agent's distribution
+    for the env's actions (an action kind it does not take is refused by
+    training/config.py)."""
     from agents.networks import ModelSpec
 
     spec = ModelSpec.of(info, flags)

@@ -11,6 +11,8 @@ TimeLimit does when the last allowed step is also terminal.
 
 from __future__ import annotations
 
+import time
+
 import gymnasium as gym
 import numpy as np
 
@@ -107,3 +109,15 @@ class DictActionEnv(CountingEnv):
 
 if "DictAction-v0" not in gym.envs.registry:
     gym.register(id="DictAction-v0", entry_point="tests.counting_env:DictActionEnv")
+
+
+class SlowBoxEnv(EchoBoxEnv):
+    """EchoBox taking 2 ms a step: actors slower than a small learner."""
+
+    def step(self, action):
+        time.sleep(0.002)
+        return super().step(action)
+
+
+if "SlowBox-v0" not in gym.envs.registry:
+    gym.register(id="SlowBox-v0", entry_point="tests.counting_env:SlowBoxEnv")

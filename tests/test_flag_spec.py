@@ -20,7 +20,7 @@ ABSL_PARSER = {"bool": flags.BooleanParser, "int": flags.IntegerParser,
 
 def test_every_config_field_is_a_flag_spec_and_every_flag_spec_a_config_field():
     derived = [f.name for f in dataclasses.fields(Config) if f.metadata == DERIVED]
-    assert derived == ["env_kind", "replay_specs", "n_envs", "store_features"]
+    assert derived == ["env_kind", "replay_specs", "n_envs", "store_features", "off_policy"]
     assert config_fields() == [spec.name for spec in FLAG_SPECS]
     assert len(SPECS_BY_NAME) == len(FLAG_SPECS)
 

@@ -36,9 +36,10 @@ def test_config_derives_typed_replays_once_and_saves_only_flags():
     assert not config().store_features  # the queue reads no hidden features
     saved = cfg.to_dict()
     assert list(saved) == config_fields()
-    assert not {"replay_specs", "env_kind", "n_envs", "store_features"} & set(saved)
+    assert not {"replay_specs", "env_kind", "n_envs", "store_features", "off_policy"} \
+        & set(saved)
     derived = [f.name for f in dataclasses.fields(cfg) if f.metadata.get("derived")]
-    assert derived == ["env_kind", "replay_specs", "n_envs", "store_features"]
+    assert derived == ["env_kind", "replay_specs", "n_envs", "store_features", "off_policy"]
 
 
 def test_plan_sizes_are_what_the_run_allocates(tmp_path):

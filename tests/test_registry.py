@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 import torch
 
-from agents.registry import AGENTS, flag_readers
+from agents.registry import AGENTS, flag_readers, off_policy
 from option_flags import default_values
 from training.config import make_config
 from training.factory import make_agent
@@ -32,7 +32,7 @@ def _batch(t: int, b: int, obs: int, actions: int, seed: int = 0) -> dict:
 IMPALA_OPTIONS = {"kl_div_threshold": 0.5, "clear_policy_cloning_weight": 0.1}
 
 
-@pytest.mark.parametrize("name, extra", [*((n, {}) for n in sorted(AGENTS)),
+@pytest.mark.parametrize("name, extra", [*((n, {}) for n in sorted(AGENTS) if not off_policy(n)),
                                          ("impala", IMPALA_OPTIONS)])
 def test_each_agent_returns_only_the_statistics_it_declares(name, extra):
     cfg, errors = make_config(default_values(env="CartPole-v1", agent=name, batch_size=4,
@@ -48,6 +48,22 @@ def test_each_agent_returns_only_the_statistics_it_declares(name, extra):
     assert {"lr", "step_over_lr", "grad_norm", "policy_loss", "entropy"} <= set(stats)
     if extra:
         assert {"masked_fraction", "policy_cloning", "value_cloning"} <= set(stats)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(AGENTS) if off_policy(n)])
+def test_each_off_policy_agent_returns_only_the_statistics_it_declares(name):
+    cfg, errors = make_config(default_values(env="Pendulum-v1", agent=name, batch_size=4))
+    assert not errors, errors
+    agent = make_agent(cfg, env_info(cfg.env, cfg.env_options()))
+    assert isinstance(agent, AGENTS[name].cls)
+    declared = agent.stat_names()
+    assert len(set(declared)) == len(declared)
+    batch = _batch(cfg.r_f_steps, 4, 3, 2)
+    batch["action"] = torch.rand(cfg.r_f_steps + 1, 4, 1) * 4 - 2
+    batch["final_obs"] = batch["obs"]
+    stats = agent.update(batch, progress=0.25)
+    assert set(stats) <= set(declared), set(stats) - set(declared)
+    assert {"lr", "step_over_lr", "critic_loss", "actor_loss", "q_mean"} <= set(stats)
 
 
 def test_an_undeclared_statistic_is_an_error_not_dropped(tmp_path):

@@ -126,8 +126,11 @@ def upgrade(state: dict) -> dict:
 
 
 def acting_weights(state: dict, policy_id: int = 0) -> dict:
-    """The state dict of the model policy `policy_id` of a checkpoint acts with."""
-    return state["policies"][policy_id]["agent"]["model"]
+    """The state dict of the model policy `policy_id` of a checkpoint acts with: its
+    "acting_model" where the agent acts with a part of its model (off-policy agents'
+    actor), else the agent's model."""
+    part = state["policies"][policy_id]
+    return part.get("acting_model", part["agent"]["model"])
 
 
 def rng_state() -> dict:

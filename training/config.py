@@ -22,7 +22,7 @@ import re
 import torch
 
 from agents.networks import ModelSpec
-from agents.registry import AGENTS, flag_readers, model_spec
+from agents.registry import AGENTS, flag_readers, model_spec, off_policy
 from replay.config import ReplaySpec, parse_replay_parameters
 from replay.presets import PRESETS
 from training.flag_spec import FLAG_SPECS
@@ -61,6 +61,8 @@ Config = dataclasses.make_dataclass(
         _derived("n_envs", int),  # workers x envs each
         # whether the actors write the policy's hidden layer: some replay reads it
         _derived("store_features", bool),
+        # an off-policy agent (sac, td3, ddpg): transitions at --replay_ratio
+        _derived("off_policy", bool),
     ],
     bases=(_ConfigMethods,),
     frozen=True,  # hashable, and picklable as training.config.Config (__module__ below)
@@ -157,6 +159,35 @@ def _learner_problems(v: dict) -> list[str]:
     return errors
 
 
+AUTO_REPLAY = '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]'
+AUTO_REPLAY_OFF_POLICY = '[{"type": "standard", "capacity": CAPACITY, "sample_ratio": 1}]'
+
+
+def _off_policy_problems(v: dict, replays: list[ReplaySpec]) -> list[str]:
+    """What sac, td3 and ddpg cannot run with."""
+    name = v["agent"]
+    errors = [f"--replay_parameters: entry {i}: a 'queue' hands each rollout over once; "
+              f"{name} samples transitions from a replay that keeps them: use 'standard' "
+              "or 'custom'" for i, e in enumerate(replays) if e.type == "queue"]
+    errors += [f"--{flag}: {name} has no {what}; leave it out" for flag, what in (
+        ("use_lstm", "recurrent version"), ("normalize_input", "input normalisation"),
+        ("normalize_returns", "value normalisation")) if v.get(flag)]
+    if (v.get("learner_count") or 1) > 1:
+        errors.append(f"--learner_count: {name} trains on one learner; leave it out")
+    for flag in ("replay_ratio", "tau", "q_lr", "alpha"):
+        if not v[flag] > 0:
+            errors.append(f"--{flag}: must be > 0, got {v[flag]}")
+    if v["tau"] > 1:
+        errors.append(f"--tau: must be in (0, 1], got {v['tau']}")
+    for flag in ("n_step", "policy_frequency", "target_network_frequency"):
+        if v[flag] is not None and v[flag] < 1:
+            errors.append(f"--{flag}: must be >= 1, got {v[flag]}")
+    for flag in ("learning_starts", "policy_noise", "noise_clip", "exploration_noise"):
+        if v[flag] < 0:
+            errors.append(f"--{flag}: must be >= 0, got {v[flag]}")
+    return errors
+
+
 def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
     """A `Config` from flag values (name -> value, None for auto), and every error.
     `given`: the flags named on the command line; those the `--agent`, `--backend` or
@@ -173,7 +204,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if env_problem:
         errors.append(f"--env: {env_problem}")
     ppo = agent.family_defaults == "ppo"
-    family_values = {**agent.defaults, **family.auto_values(agent.family_defaults)}
+    family_values = {**family.auto_values(agent.family_defaults), **agent.defaults}
     auto = {name for name in family_values if v.get(name) is None}
     for name in auto:
         v[name] = family_values[name]
@@ -187,8 +218,10 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v.get("eval_interval") is None:  # 20 evaluations over the run
         v["eval_interval"] = max(1, v["environment_max_steps"] // 20) \
             if (v["environment_max_steps"] or 0) > 0 else 0
-    if v.get("lr_end_value") is None:  # constant for ppo agents on Atari, else decay to 0
-        v["lr_end_value"] = v["lr"] if ppo and family.ppo_constant_lr else 0.0
+    if v.get("lr_end_value") is None:  # constant for ppo agents on Atari (and off-policy
+        # agents everywhere, as CleanRL's), else decay to 0
+        v["lr_end_value"] = v["lr"] if (ppo and family.ppo_constant_lr) or \
+            off_policy(v["agent"]) else 0.0
     cores = os.cpu_count() or 1
     if v.get("worker_count") is None:
         v["worker_count"] = cores
@@ -282,10 +315,16 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
         errors.append("--ppo_advantage: impact's advantages are V-trace's (against the target "
                       "network); leave it out or set it to vtrace")
     errors += _expand_preset(v, set(given))
+    if v.get("replay_parameters") is None:
+        v["replay_parameters"] = AUTO_REPLAY_OFF_POLICY.replace(
+            "CAPACITY", str(max(1, 1_000_000 // max(1, v["r_f_steps"])))) \
+            if off_policy(v["agent"]) else AUTO_REPLAY
     replays, replay_errors = parse_replay_parameters(
         v["replay_parameters"], v["batch_size"] if v["batch_size"] > 0 else 0
     )
     errors.extend(f"--replay_parameters: {e}" for e in replay_errors)
+    if off_policy(v["agent"]):
+        errors += _off_policy_problems(v, replays)
     if errors:
         return None, errors
     if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
@@ -294,7 +333,8 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     return Config(**{name: v[name] for name in config_fields()},
                   env_kind=family.name, replay_specs=tuple(replays),
                   n_envs=v["worker_count"] * v["envs_per_worker"],
-                  store_features=any(r.stores_hidden_features for r in replays)), []
+                  store_features=any(r.stores_hidden_features for r in replays),
+                  off_policy=off_policy(v["agent"])), []
 
 
 

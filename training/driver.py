@@ -7,10 +7,11 @@ rollout to the policy learner of its `policy_id` (training/policy_learner.py),
 which owns the agent, the replays and the weights of one policy (Sample Factory's
 split: a learner per policy id). One iteration:
 
-    grant free slots -> poll finished rollouts -> route them (count env steps,
-    record episodes, tell the observers) -> for each learner its pacer says is due:
-    a batch, an update, tell the observers -> an evaluation if due -> a status line
-    every `status_interval` s, a checkpoint every `save_model_period` updates
+    grant free slots (if the pacer lets the actors act) -> poll finished rollouts ->
+    route them (count env steps, record episodes, tell the observers) -> for each
+    learner its pacer says is due: a batch, an update, tell the observers -> an
+    evaluation if due -> a status line every `status_interval` s, a checkpoint every
+    `save_model_period` updates
 
 The loop ends at `max_env_steps`, when an observer asks to stop (`--stop_at_return`,
 training/observers.py), or when `stop_requested()` says so (a signal). Progress,
@@ -79,8 +80,9 @@ class Driver:
         max_env_steps = self.start(max_env_steps)
         last_ckpt, last_check, last_status = self.counters.updates, 0.0, time.time()
         while self.counters.env_steps < max_env_steps and not self._stop_before(stop_requested):
-            self.actors.grant()
-            ready = any(learner.ready() for learner in self.learners)
+            if self.pacer.may_act(self.learners):
+                self.actors.grant()
+            ready = not all(self.pacer.idle(learner) for learner in self.learners)
             self._receive(self.actors.poll(0.0 if ready else 0.05))
             if time.time() - last_check >= 1.0:
                 self.actors.check()
@@ -172,6 +174,7 @@ class Driver:
         t0 = time.perf_counter()
         wait_s = t0 - self._wait_since
         stats, lag = learner.train(batch, self.progress())
+        stats.update(self.pacer.take_stats())
         self.report.update(stats, wait_s, time.perf_counter() - t0, lag, len(self.slots.free))
         for observer in self.observers:
             observer.update(learner.policy_id, stats)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.multiprocessing as mp
 
-from agents.registry import AGENTS, model_spec
+from agents.registry import model_spec
 from training.checkpoint import acting_weights
 from training.config import SAVED_BEFORE, Config, env_options
 from training.run_dir import RunDir
@@ -30,10 +30,9 @@ from wrappers.video import VideoSink, has_display
 
 
 def trained_model(info: dict, trained: dict):
-    """The checkpoint's net, before its weights are loaded (`SAVED_BEFORE` fills what
-    older checkpoints lack)."""
-    saved = {**SAVED_BEFORE, **trained}
-    return AGENTS[saved["agent"]].build_model(model_spec(info, saved))
+    """The net the checkpoint's policy acts with (`acting_weights`), before its
+    weights are loaded (`SAVED_BEFORE` fills what older checkpoints lack)."""
+    return model_spec(info, {**SAVED_BEFORE, **trained}).build()
 
 
 def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, seed):

@@ -28,7 +28,7 @@ from training.data_parallel import GroupPacer, ProcessGroup, actor_share, rank_d
 from training.driver import Driver
 from training.group_driver import FollowerReport, GroupDriver
 from training.observers import StopAtReturn
-from training.pacer import BatchReadyPacer
+from training.pacer import BatchReadyPacer, ReplayRatioPacer
 from training.plan import RunPlan
 from training.policy_learner import PolicyLearner
 from training.report import Report
@@ -61,7 +61,8 @@ def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy,
         env_id=cfg.env, env_options=cfg.env_options(), envs_per_worker=cfg.envs_per_worker,
         unroll_length=cfg.r_f_steps, model=cfg.model_spec(info),
         seed=actor_seed(cfg.seed + 1, first_actor, 0, 0),
-        policy=policy, store_features=cfg.store_features,
+        policy=policy, store_features=cfg.store_features, store_final_obs=cfg.off_policy,
+        random_until_trained=cfg.off_policy and cfg.learning_starts > 0,
         reward_scale_gamma=cfg.gamma if cfg.scale_rewards else None)
 
 
@@ -161,7 +162,10 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
     report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
                     state=checkpoint, status_stats=learner.agent.STATUS) if leader else \
         FollowerReport(run, checkpoint)
-    run.open_learner(learner.agent.stat_names())
+    pacer = ReplayRatioPacer(report.counters, cfg.replay_ratio, cfg.learning_starts,
+                             slack=cfg.n_envs * cfg.r_f_steps * 2) if cfg.off_policy else \
+        BatchReadyPacer()
+    run.open_learner(learner.agent.stat_names() + pacer.stat_names())
     if checkpoint is not None:
         report.counters.resumes += 1
     first, count = actor_share(cfg.worker_count, cfg.learner_count, group.rank) \
@@ -174,8 +178,8 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
     evaluator = make_evaluator(cfg, info, learner.agent, run, report.counters.env_steps) \
         if leader else None
     if group is None:
-        return Driver(cfg, info, [learner], slots, actors, report, BatchReadyPacer(),
-                      observers, evaluator=evaluator)
+        return Driver(cfg, info, [learner], slots, actors, report, pacer, observers,
+                      evaluator=evaluator)
     return GroupDriver(cfg, info, [learner], slots, actors, report, GroupPacer(group),
                        observers, evaluator=evaluator, group=group)
 

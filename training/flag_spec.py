@@ -238,16 +238,19 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     ),
     *_section(
         "replay",
-        _str("replay_parameters", '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
-             "JSON list of replays; their sample_ratio values sum to 1 (docs: replays.md)."),
+        _str("replay_parameters", None,
+             "JSON list of replays; their sample_ratio values sum to 1 (docs: replays.md); "
+             "auto: a queue, or for sac/td3/ddpg a standard replay of 1M transitions "
+             "(1M / --r_f_steps rollouts)."),
         # make_config writes the named mix's JSON into replay_parameters
         _enum("replays", None, tuple(PRESETS),
               "A named mix instead of --replay_parameters (replay/presets.py): queue; standard, "
               "elite1-4, elite_cos, elite_kl, attentive, elite_insertion take half of each batch "
               "from a replay of 1000 rollouts."),
-        _float("training_fill_in_factor", 0.05,
+        _float("training_fill_in_factor", None,
                "A standard/custom replay is ready once it holds this fraction of its capacity "
-               "(and at least its share of a batch)."),
+               "(and at least its share of a batch); auto: 0.05, 0 for sac/td3/ddpg (they "
+               "wait for --learning_starts)."),
         _bool("caching", False, "Prepare batches in a background thread."),
         _int("cache_output_buffer_size", 2, "Batches prepared ahead with --caching."),
         _bool("checkpoint_replay", False,
@@ -299,6 +302,39 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _int("impact_target_update", 1,
              "impact: refresh the target network from the model every this many learner updates "
              "(batches); 1: the policy at the start of each batch, as PPO's old policy."),
+    ),
+    *_section(
+        "off-policy agents (sac, td3, ddpg)",
+        _float("replay_ratio", None,
+               "Gradient updates per env step (SB3's gradient_steps / train_freq, Reverb's "
+               "samples per insert), held by a rate limiter: the actors wait when the learner "
+               "falls behind, the learner when no new env steps came; auto: 1."),
+        _int("learning_starts", None,
+             "Env steps of uniform random actions before the first update (CleanRL's); auto: "
+             "5000 for sac, 25000 for td3 and ddpg."),
+        _int("n_step", 1,
+             "Steps of reward summed before bootstrapping (within a rollout and an episode)."),
+        _float("tau", 0.005, "Polyak averaging of the target networks: target += tau x "
+               "(online - target)."),
+        _float("q_lr", None, "The critics' learning rate (--lr is the actor's); auto: 1e-3 "
+               "for sac, 3e-4 for td3 and ddpg."),
+        _int("policy_frequency", None,
+             "Update the actor every this many batches (TD3's delay; sac then makes as many "
+             "actor steps, as CleanRL does); auto: 2."),
+        _int("target_network_frequency", 1,
+             "sac: move the target critics every this many batches."),
+        _bool("autotune", True,
+              "sac: tune the entropy weight alpha towards a target entropy of -|A|; false: "
+              "the fixed --alpha."),
+        _float("alpha", 0.2, "sac: the entropy weight when --autotune is false."),
+        _float("policy_noise", 0.2,
+               "td3: std of the target policy smoothing noise, a fraction of the action "
+               "range's half-width."),
+        _float("noise_clip", 0.5,
+               "td3: the smoothing noise is clipped to +-this fraction of the half-width."),
+        _float("exploration_noise", 0.1,
+               "td3, ddpg: std of the actors' Gaussian exploration noise, a fraction of the "
+               "half-width (--test_policy=greedy and the evaluator use none)."),
     ),
     *_section(
         "V-trace and losses",

@@ -1,12 +1,15 @@
-"""The pacer: when a policy learner trains (between receiving rollouts and updating).
+"""The pacer: when a policy learner trains (between receiving rollouts and updating),
+and when the actors may have new slots.
 
-`BatchReadyPacer` is the rule of every run today: train whenever the learner's
-replays can give a batch (TorchBeast's and Sample Factory's). A pacer that holds a
-learner back until enough fresh env steps arrived per update (a replay ratio, as
-Reverb's rate limiter does) is another class with the same `due`.
+`BatchReadyPacer` is the rule of the on-policy agents: train whenever the learner's
+replays can give a batch (TorchBeast's and Sample Factory's); the actors are never
+held. `ReplayRatioPacer` is the off-policy agents' rate limiter (Reverb's
+SampleToInsertRatio): a fixed number of updates per env step.
 """
 
 from __future__ import annotations
+
+import time
 
 from training.policy_learner import PolicyLearner
 
@@ -16,9 +19,84 @@ class Pacer:
         """Whether `learner` trains now (it then takes a batch and updates)."""
         raise NotImplementedError
 
+    def idle(self, learner: PolicyLearner) -> bool:
+        """Whether `learner` has nothing to do until more rollouts arrive (the driver
+        then waits for them a little)."""
+        return not learner.ready()
+
+    def may_act(self, learners: list[PolicyLearner]) -> bool:
+        """Whether the actors may be granted slots for more rollouts now."""
+        return True
+
+    def stat_names(self) -> tuple[str, ...]:
+        """The figures `take_stats` adds to each learner.csv row."""
+        return ()
+
+    def take_stats(self) -> dict[str, float]:
+        return {}
+
 
 class BatchReadyPacer(Pacer):
     """Train whenever a batch is ready."""
 
     def due(self, learner: PolicyLearner) -> bool:
         return learner.ready()
+
+
+class ReplayRatioPacer(Pacer):
+    """`ratio` updates per env step after `learning_starts` env steps (one policy).
+
+    The learner trains while its updates < ratio x (env steps - learning_starts) and a
+    batch is ready, so it never trains on an insert beyond the ratio. The actors get
+    no new slots while the env steps exceed learning_starts + updates / ratio by
+    `slack` or more (a round of rollouts of every actor: what they hold once granted),
+    so they cannot outrun a slow learner by more than that. Each learner.csv row says
+    for how long, since the previous update, the actors were held
+    ("actor_wait_s") and the learner waited for env steps with a batch at hand
+    ("learner_wait_s")."""
+
+    def __init__(self, counters, ratio: float, learning_starts: int, slack: int):
+        self.counters = counters  # training.metrics.Counters: the run's env steps
+        self.ratio = ratio
+        self.learning_starts = learning_starts
+        self.slack = slack
+        self._waits = {"actor_wait_s": 0.0, "learner_wait_s": 0.0}
+        self._since: dict[str, float | None] = dict.fromkeys(self._waits)
+
+    def _waiting(self, side: str, waiting: bool) -> None:
+        now = time.perf_counter()
+        since = self._since[side]
+        if since is not None:
+            self._waits[side] += now - since
+        self._since[side] = now if waiting else None
+
+    def allowed(self) -> float:
+        """The updates the env steps so far allow."""
+        return self.ratio * (self.counters.env_steps - self.learning_starts)
+
+    def due(self, learner: PolicyLearner) -> bool:
+        if learner.updates >= self.allowed():
+            self._waiting("learner_wait_s", learner.ready())
+            return False
+        self._waiting("learner_wait_s", False)
+        return learner.ready()
+
+    def idle(self, learner: PolicyLearner) -> bool:
+        return learner.updates >= self.allowed() or not learner.ready()
+
+    def may_act(self, learners: list[PolicyLearner]) -> bool:
+        updates = learners[0].updates
+        ahead = self.counters.env_steps - self.learning_starts - updates / self.ratio
+        ok = ahead < self.slack
+        self._waiting("actor_wait_s", not ok)
+        return ok
+
+    def stat_names(self) -> tuple[str, ...]:
+        return tuple(self._waits)
+
+    def take_stats(self) -> dict[str, float]:
+        for side, since in self._since.items():
+            if since is not None:
+                self._waiting(side, True)
+        out, self._waits = self._waits, dict.fromkeys(self._waits, 0.0)
+        return out

@@ -46,7 +46,8 @@ def make_plan(cfg: Config, info: EnvInfo | None = None) -> RunPlan:
     model = cfg.model_spec(info)
     spec = rollout_spec(cfg.r_f_steps, info.obs_shape, info.obs_dtype, info.num_actions,
                         feature_size=model.feature_size if cfg.store_features else 0,
-                        state_shape=model.state_shape, action_kind=info.action_kind)
+                        state_shape=model.state_shape, action_kind=model.action_kind,
+                        final_obs=cfg.off_policy)
     ahead = cfg.queued_batches * cfg.batch_size if cfg.queued_batches else \
         cfg.n_envs + 2 * cfg.batch_size
     num_slots = cfg.n_envs + ahead  # one being written per env, the rest finished

@@ -83,9 +83,14 @@ class PolicyLearner:
         return [int(r.stats().get("dropped", 0)) for r in self.mixer.replays]
 
     def state_dict(self, include_replay_data: bool) -> dict:
-        """This policy's part of a checkpoint (training/checkpoint.py)."""
-        return {"agent": self.agent.state_dict(), "updates": self.updates,
+        """This policy's part of a checkpoint (training/checkpoint.py); with
+        "acting_model" where the agent acts with a part of its model (test mode and
+        `acting_weights` read it)."""
+        part = {"agent": self.agent.state_dict(), "updates": self.updates,
                 "replays": self.mixer.state_dict(include_data=include_replay_data)}
+        if self.agent.acting_model is not self.agent.model:
+            part["acting_model"] = self.agent.acting_model.state_dict()
+        return part
 
     def close(self) -> int:
         """Stop preparing batches and free every slot the replays still hold; returns

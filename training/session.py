@@ -10,10 +10,13 @@ rate schedule and RNG states go on, and rows are appended to its CSVs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 
-from agents.networks import ARCHITECTURE_FLAGS, ModelSpec
+from agents.distributions import BOUNDED
+from agents.networks import ARCHITECTURE_FLAGS
+from agents.registry import AGENTS, model_spec
 from training.checkpoint import acting_weights, resolve_checkpoint_path, start_branch
 from training.config import SAVED_BEFORE, Config
 from training.data_parallel import GroupFailure, Ranks, rank_view
@@ -22,6 +25,7 @@ from training.plan import RunPlan, check_memory, make_plan
 from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.actor_pool import ActorFailure
+from wrappers.envs import EnvInfo, env_info
 
 # Settings a resumed (all) or tested (the first two) agent must share with its
 # checkpoint, besides the architecture (`architecture_problem`).
@@ -39,7 +43,7 @@ def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
     anything else that makes the weights not fit (a missing or reshaped tensor) is
     caught by comparing them with a model built from the flags."""
     info, saved = checkpoint["env_info"], {**SAVED_BEFORE, **checkpoint["config"]}
-    theirs = ModelSpec.of(info, saved)
+    theirs = model_spec(info, saved)
     mine = dataclasses.replace(theirs, **{name: getattr(cfg, name)
                                           for name in ARCHITECTURE_FLAGS})
     for name in ARCHITECTURE_FLAGS:
@@ -51,6 +55,19 @@ def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
         odd = sorted(set(expected.items()) ^ set(found.items()))[:3]
         return (f"--load_model_url: the checkpoint's model does not fit the one these flags "
                 f"build (tensors that differ: {odd}); it was saved by another version")
+    return None
+
+
+def action_problem(cfg: Config, info: EnvInfo) -> str | None:
+    """Why `cfg.agent` cannot act in the env of `info`, or None."""
+    kinds = AGENTS[cfg.agent].distributions
+    if info.action_kind not in kinds:
+        return (f"--agent: {cfg.agent} acts in {' and '.join(kinds)} action spaces and "
+                f"{cfg.env} has {info.action_kind} actions; use ppo or impala")
+    bounds = (*info.action_low, *info.action_high)
+    if kinds[info.action_kind] in BOUNDED and not all(map(math.isfinite, bounds)):
+        return (f"--agent: {cfg.agent} squashes its actions into the action space's bounds "
+                f"and {cfg.env}'s are not finite; use ppo")
     return None
 
 
@@ -73,7 +90,11 @@ def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str
     if cfg.op_mode == "test":
         return None, None
     if cfg.learner_count == 1:
-        plan = make_plan(cfg)
+        info = env_info(cfg.env, cfg.env_options())
+        problem = action_problem(cfg, info)
+        if problem:
+            return None, problem
+        plan = make_plan(cfg, info)
         problem = check_memory(plan)
     else:  # rank 0's plan; every rank has slots and replays of its own
         plan = make_plan(rank_view(cfg, 0))

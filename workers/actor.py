@@ -71,8 +71,13 @@ class ModelPolicy:
         (the state that read obs: zeroed where `starts`). Steps each env's state."""
         state = mask_state(self.state, starts)
         logits, value, hidden, self.state = step_model(self.model, obs, state, starts)
-        row = {"action": self.model.distribution(logits).sample(self.rng), "logits": logits,
-               "value": value}
+        if self.cfg.random_until_trained and self.version <= 0:
+            model = self.model  # uniform within the bounds
+            noise = torch.rand(model.action_scale.shape[0] * obs.shape[0], generator=self.rng)
+            action = model.action_bias + model.action_scale * (2 * noise.view(obs.shape[0], -1) - 1)
+        else:
+            action = self.model.distribution(logits).sample(self.rng)
+        row = {"action": action, "logits": logits, "value": value}
         if self.cfg.store_features:
             row["features"] = hidden.clamp(-FP16_MAX, FP16_MAX).half()
         if state:
@@ -142,6 +147,11 @@ class ActorConfig:
     reward_scale_gamma: float | None = None
     # the policy whose weights it acts with; its rollouts carry it to that policy's learner
     policy_id: int = 0
+    # write "final_obs" (workers/slots.py): off-policy agents bootstrap from it
+    store_final_obs: bool = False
+    # act uniformly at random within a Box's bounds while the weights are the first
+    # ones (version 0: no update yet), as off-policy agents do before --learning_starts
+    random_until_trained: bool = False
 
 
 def write_row(buffers, t: int, slots: torch.Tensor, row: dict[str, torch.Tensor]) -> None:
@@ -232,6 +242,7 @@ class Roller:
             "obs": obs, **self.policy.act(obs, torch.ones(n, dtype=torch.bool)),
             "reward": self.zeros_f, "done": zeros_b, "truncated": zeros_b,
             "bootstrap_value": self.zeros_f, "version": torch.full((n,), self.policy.version),
+            **({"final_obs": obs} if cfg.store_final_obs else {}),
         }
 
     def rollout(self, write) -> list[tuple[float, int]]:
@@ -246,6 +257,9 @@ class Roller:
             t1 = clock()
             obs = torch.from_numpy(step.obs)
             bootstrap = self.zeros_f
+            if self.cfg.store_final_obs:
+                self.row_final = obs if step.final_obs is None else \
+                    torch.from_numpy(step.final_obs)
             if step.final_obs is not None:  # before `act` steps the state past it
                 bootstrap = torch.zeros(n)
                 idx = np.flatnonzero(step.truncated)
@@ -264,6 +278,7 @@ class Roller:
                 "truncated": truncated,
                 "bootstrap_value": bootstrap,
                 "version": torch.full((n,), policy.version),
+                **({"final_obs": self.row_final} if self.cfg.store_final_obs else {}),
             }
             write(t, self.row)
             episodes.extend((ret, length) for _, ret, length in step.episodes)

@@ -33,6 +33,10 @@ Row convention (the same for every field): row t describes observation x_t.
                                        where x_t starts a trajectory; packed by
                                        `agents.networks.pack_state`); only for a
                                        model with state (--use_lstm: k = 2, (h, c))
+    final_obs       [T+1, S, *obs_shape] the last observation of the episode that the
+                                       transition into x_t truncated (valid where
+                                       truncated; elsewhere x_t); only with
+                                       `final_obs` (off-policy agents bootstrap from it)
 Row 0 repeats row T of the same env's previous rollout.
 """
 
@@ -51,12 +55,14 @@ _DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
 def rollout_spec(
     unroll_length: int, obs_shape: tuple[int, ...], obs_dtype: str, num_actions: int,
     feature_size: int = 0, state_shape: tuple[int, ...] = (), action_kind: str = "discrete",
+    final_obs: bool = False,
 ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """Per-slot shape (time-major, T+1 rows) and dtype of every field, for
     `num_actions` actions of `action_kind` (`agents.distributions.DISTRIBUTIONS`); with
     `feature_size` H > 0 also "features" ((T+1, H), float16); with a model state
     (`state_shape`, `agents.networks.ModelSpec.state_shape`) also "core_state"
-    ((T+1, *state_shape), float32)."""
+    ((T+1, *state_shape), float32); with `final_obs` also "final_obs" (obs' shape and
+    dtype)."""
     t1 = unroll_length + 1
     dist = DISTRIBUTIONS[action_kind]
     spec = {
@@ -74,6 +80,8 @@ def rollout_spec(
         spec["features"] = ((t1, feature_size), torch.float16)
     if state_shape:
         spec["core_state"] = ((t1, *state_shape), torch.float32)
+    if final_obs:
+        spec["final_obs"] = spec["obs"]
     return spec
 
 

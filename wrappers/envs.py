@@ -62,6 +62,9 @@ class EnvInfo:
     # 0 where the channels are not a frame stack
     frame_stack: int
     action_kind: str = "discrete"  # or "box" (agents.distributions.DISTRIBUTIONS)
+    # a Box's bounds per dimension (empty for discrete actions)
+    action_low: tuple[float, ...] = ()
+    action_high: tuple[float, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +92,7 @@ class EnvFamily:
 # auto values every family has unless its entry says otherwise
 COMMON = dict(gamma=0.99, gae_lambda=0.95, ppo_shuffle="rollouts", normalize_advantages=False,
               gradient_clip_by_norm_threshold=0.5, value_loss_weight=0.5,
-              mlp_activation="tanh", log_std_init=0.0)
+              mlp_activation="tanh", log_std_init=0.0, training_fill_in_factor=0.05)
 
 
 _SPACES: dict[str, tuple[gym.spaces.Space, gym.spaces.Space]] = {}  # made once per process
@@ -319,6 +322,8 @@ def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
         frames_per_step=options.skipped_frames if family.emulator_frames else 1,
         frame_stack=options.frames_stacked if family.emulator_frames else 0,
         action_kind=env.action_kind,
+        action_low=tuple(float(x) for x in getattr(env, "low", ())),
+        action_high=tuple(float(x) for x in getattr(env, "high", ())),
     )
     env.close()
     return info

@@ -1,0 +1,126 @@
+"""sac, td3 and ddpg through main.py: Pendulum learnt in the serial mode, the rate
+limiter holding --replay_ratio from both sides, a checkpoint-and-resume round trip
+with the replay, test mode, and what they refuse."""
+
+from __future__ import annotations
+
+import csv
+import glob
+import json
+import os
+import types
+
+import pytest
+
+from option_flags import default_values
+from tests.conftest import run_main
+from training.config import make_config
+from training.pacer import ReplayRatioPacer
+
+SMALL = ("--hidden_size=32", "--batch_size=32", "--status_interval=30", "--eval_interval=0")
+
+
+def run_dir(results: str) -> str:
+    (path,) = glob.glob(os.path.join(results, "*"))
+    return path
+
+
+def learner_rows(path: str) -> list[dict]:
+    with open(os.path.join(path, "learner.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def test_sac_learns_pendulum_in_the_serial_mode(results):
+    """-300 over 10 episodes (random: about -1,200) within 6,000 env steps."""
+    out = run_main("--env=Pendulum-v1", "--agent=sac", "--serial", "--seed=0",
+                   f"--results_dir={results}", "--environment_max_steps=6000",
+                   "--learning_starts=1000", "--hidden_size=64", "--batch_size=128",
+                   "--stop_at_return=-300", "--stop_window=10", "--status_interval=30",
+                   "--eval_interval=0", timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    summary = json.load(open(os.path.join(run_dir(results), "summary.json")))
+    assert summary["env_steps"] < 6000, summary  # stopped by --stop_at_return
+
+
+@pytest.mark.parametrize("ratio", [0.5, 2.0])
+def test_the_pacer_holds_the_ratio_with_a_slow_learner_and_with_slow_actors(ratio):
+    """A simulation of the driver's loop: the learner trains at most once a round
+    (slow) or the actors step once every 50 rounds (slow)."""
+    for slow in ("learner", "actors"):
+        counters = types.SimpleNamespace(env_steps=0)
+        learner = types.SimpleNamespace(updates=0, ready=lambda: True)
+        pacer = ReplayRatioPacer(counters, ratio, learning_starts=100, slack=32)
+        for i in range(40_000):
+            if pacer.may_act([learner]) and (slow == "learner" or i % 50 == 0):
+                counters.env_steps += 16
+            for _ in range(1 if slow == "learner" else 100):
+                if pacer.due(learner):
+                    learner.updates += 1
+            assert learner.updates <= max(0, ratio * (counters.env_steps - 100))  # never ahead
+        per_update = (counters.env_steps - 100) / learner.updates
+        assert per_update == pytest.approx(1 / ratio, rel=0.05), slow
+
+
+def test_the_rate_limiter_in_a_run_of_actor_processes(results):
+    """Fast actors (Pendulum) and a learner at replay ratio 0.5: the actors wait,
+    the env steps per update stay within 5% of 2, the learner is never ahead."""
+    out = run_main("--env=Pendulum-v1", "--agent=sac", "--worker_count=2",
+                   f"--results_dir={results}", "--environment_max_steps=3000",
+                   "--learning_starts=500", "--replay_ratio=0.5", *SMALL, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = learner_rows(run_dir(results))
+    for row in rows:
+        assert int(row["updates"]) <= 0.5 * (int(row["env_steps"]) - 500)
+    last = rows[-1]
+    assert (int(last["env_steps"]) - 500) / int(last["updates"]) == pytest.approx(2, rel=0.05)
+    assert sum(float(r["actor_wait_s"]) for r in rows) > 0
+
+
+def test_slow_actors_make_the_learner_wait(results):
+    out = run_main("--env=tests.counting_env:SlowBox-v0", "--agent=td3", "--worker_count=1",
+                   f"--results_dir={results}", "--environment_max_steps=800",
+                   "--learning_starts=200", "--replay_ratio=4", "--r_f_steps=4", *SMALL,
+                   timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = learner_rows(run_dir(results))
+    for row in rows:
+        assert int(row["updates"]) <= 4 * (int(row["env_steps"]) - 200)
+    assert sum(float(r["learner_wait_s"]) for r in rows) > 0
+
+
+def test_checkpoint_with_the_replay_resume_and_test_mode(results):
+    common = ("--env=Pendulum-v1", "--agent=ddpg", "--serial", f"--results_dir={results}",
+              "--learning_starts=300", "--checkpoint_replay", *SMALL)
+    first = run_main(*common, "--environment_max_steps=800", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    path = run_dir(results)
+    updates = int(learner_rows(path)[-1]["updates"])
+    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={path}",
+                       "--environment_max_steps=1200", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    log = open(os.path.join(path, "run.log")).read()
+    assert "continues saved entry 0, with its rollouts" in log
+    rows = learner_rows(path)
+    assert int(rows[-1]["updates"]) > updates
+    # the replay came back whole: no refill, so the learner trained from the first
+    # new env steps on (ratio 1: the updates follow the env steps at once)
+    assert int(rows[-1]["updates"]) == pytest.approx(int(rows[-1]["env_steps"]) - 300, abs=20)
+    played = run_main("--op_mode=test", f"--load_model_url={path}", "--test_episode_count=2",
+                      "--test_policy=greedy", timeout=300)
+    assert played.returncode == 0, played.stderr[-2000:]
+
+
+def test_off_policy_agents_refuse_a_queue_and_their_missing_parts():
+    values = {**default_values(), "env": "Pendulum-v1", "agent": "sac",
+              "replay_parameters": '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
+              "use_lstm": True}
+    _, errors = make_config(values, given={"replay_parameters", "use_lstm"})
+    assert any("entry 0: a 'queue'" in e and "'standard'" in e for e in errors), errors
+    assert any(e.startswith("--use_lstm: sac has no recurrent version") for e in errors)
+
+
+def test_off_policy_agents_refuse_discrete_actions(results):
+    out = run_main("--env=CartPole-v1", "--agent=td3", f"--results_dir={results}", timeout=120)
+    assert out.returncode == 2
+    assert "td3 acts in box action spaces and CartPole-v1 has discrete actions" in out.stderr
+    assert not os.path.exists(results)
