@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 from collections.abc import Iterable
 
 import torch
@@ -163,7 +162,9 @@ class Agent:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         self.group.reduce_gradients(params)
-        norm = nn.utils.clip_grad_norm_(params, self.schedules[name].max_grad_norm or math.inf)
+        clip = self.schedules[name].max_grad_norm
+        norm = nn.utils.clip_grad_norm_(params, clip) if clip > 0 else \
+            nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
         optimizer.step()
         return float(norm)
 
@@ -198,9 +199,10 @@ class Agent:
     def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
         1) of the learning-rate schedules. Statistics: the algorithm's, plus lr (the
-        main optimizer's) and step_over_lr, the RMS of the model's parameter change of
-        the whole update over lr: about 1 per normalised RMSProp/Adam step, far below 1
-        where eps dominates the denominator."""
+        main optimizer's) and step_over_lr, the RMS change of the main optimizer's
+        parameters (the model's; an off-policy agent's actor's) in the whole update,
+        over lr: about 1 per normalised RMSProp/Adam step, far below 1 where eps
+        dominates the denominator."""
         batch = {k: batch[k].to(self.device, non_blocking=True)
                  for k in LOSS_FIELDS if k in batch}
         if self.group.size > 1 and self.normalizes_inputs:
@@ -209,9 +211,10 @@ class Agent:
             for group in optimizer.param_groups:
                 group["lr"] = self.schedules[name].lr_at(progress)
         lr = self.schedules["main"].lr_at(progress)
-        before = parameters_to_vector(self.model.parameters()).detach().clone()
+        main = _params(self.optimizers["main"])
+        before = parameters_to_vector(main).detach().clone()
         stats = self.train(batch)
-        change = parameters_to_vector(self.model.parameters()).detach() - before
+        change = parameters_to_vector(main).detach() - before
         step_over_lr = float(change.pow(2).mean().sqrt()) / lr if lr > 0 else 0.0
         stats.update(lr=lr, step_over_lr=step_over_lr)
         return stats

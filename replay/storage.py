@@ -143,6 +143,7 @@ class RolloutStorage:
         self._lock = threading.Lock()
         self._resident = torch.zeros(self.capacity, dtype=torch.bool)
         self._resident_np = self._resident.numpy()
+        self._count = 0  # positions holding a rollout (len: read at every learner step)
         self.pixel_stack = None if pixel_stack is None else int(pixel_stack)
         plain = dict(self._specs)
         if pixel_stack is not None:
@@ -223,6 +224,7 @@ class RolloutStorage:
                 self._store_frames(plan, position)
             for name, buf in self._buffers.items():
                 buf[:, position] = rows[name]
+            self._count += not self._resident_np[position]
             self._resident[position] = True
 
     def _plan_frames(self, obs: torch.Tensor):
@@ -396,11 +398,13 @@ class RolloutStorage:
 
     def __len__(self) -> int:
         """Number of positions holding a rollout."""
-        return int(self._resident.sum())
+        return self._count
 
     def resident_positions(self) -> torch.Tensor:
         """int64 [len(self)]: the positions holding a rollout, ascending."""
         with self._lock:
+            if self._count == self.capacity:  # full (no scan of 1M flags a batch)
+                return torch.arange(self.capacity)
             return self._resident.nonzero().squeeze(1)
 
     def frames_in_use(self) -> int:
@@ -501,6 +505,7 @@ class RolloutStorage:
             raise ValueError(f"storage state does not match this storage: {problem}")
         with self._lock:
             self._resident.copy_(state["resident"])
+            self._count = int(self._resident.sum())
             for k, v in self._buffers.items():
                 v.copy_(state["buffers"][k])
             if self.pixel_stack is not None:

@@ -260,6 +260,23 @@ def test_draw_candidates_distinct_and_uniform():
         draw_candidates(3, 4)
 
 
+def test_draw_candidates_from_a_large_replay_rejects_repeats_and_stays_uniform():
+    """Few of many (the off-policy batches of a replay of 125,000 rollouts): draws
+    with replacement, repeats dropped; every position and every place equally likely."""
+    gen = torch.Generator().manual_seed(7)
+    available, count, draws = 160, 8, 20000
+    freq, first = torch.zeros(available), torch.zeros(available)
+    for _ in range(draws):
+        c = draw_candidates(available, count, gen)
+        assert c.numel() == count and len(set(c.tolist())) == count
+        freq[c] += 1
+        first[c[0]] += 1
+    expected = draws * count / available
+    assert float(((freq - expected) ** 2 / expected).sum()) < 280  # 159 dof: mean 159, sd 18
+    expected = draws / available
+    assert float(((first - expected) ** 2 / expected).sum()) < 280
+
+
 def test_annealed_lambda():
     assert annealed_lambda(4.0, 0, 1000, 0.5) == 4.0
     assert annealed_lambda(4.0, 250, 1000, 0.5) == pytest.approx(2.5)
