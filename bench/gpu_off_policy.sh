@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The off-policy agents' Pendulum curves (issue: SAC, TD3 and DDPG), as run on the lent
+# GPU machine's 16 CPU cores by the device tool, after `bash ../shared/device/wheels.sh`:
+#   bash bench/gpu_off_policy.sh      (results under $OUT, runs.tar.gz)
+# sac, td3 and ddpg on Pendulum-v1, seeds 0-2, 20,000 env steps each, all nine at once,
+# each on the CPU with the 2-core machines' actors (--worker_count=2) and one learner
+# thread; every other flag the agent's default. bench/off_policy_curves.py reads them.
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT" /tmp/runs
+{ lscpu | grep "Model name"; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
+  > "$OUT/machine.txt" 2>&1
+for agent in sac td3 ddpg; do
+  for seed in 0 1 2; do
+    timeout 500 python3 main.py --env=Pendulum-v1 --agent=$agent --seed=$seed --device=cpu \
+      --worker_count=2 --learner_threads=1 --environment_max_steps=20000 --status_interval=60 \
+      --results_dir=/tmp/runs/${agent}_s$seed > "/tmp/runs/${agent}_s$seed.log" 2>&1 &
+  done
+done
+wait
+tar czf "$OUT/runs.tar.gz" -C /tmp runs
+ls -la "$OUT"
