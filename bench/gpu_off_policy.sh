@@ -4,7 +4,8 @@
 #   bash bench/gpu_off_policy.sh      (results under $OUT, runs.tar.gz)
 # sac, td3 and ddpg on Pendulum-v1, seeds 0-2, 20,000 env steps each, all nine at once,
 # each on the CPU with the 2-core machines' actors (--worker_count=2) and one learner
-# thread; every other flag the agent's default. bench/off_policy_curves.py reads them.
+# thread; every other flag the agent's default, except td3's and ddpg's --learning_starts
+# (their 25,000, CleanRL's for MuJoCo, is longer than these runs): 5,000 as sac's.
 set -u
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
@@ -13,8 +14,9 @@ mkdir -p "$OUT" /tmp/runs
 { lscpu | grep "Model name"; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
   > "$OUT/machine.txt" 2>&1
 for agent in sac td3 ddpg; do
+  starts=""; [ $agent != sac ] && starts="--learning_starts=5000"
   for seed in 0 1 2; do
-    timeout 500 python3 main.py --env=Pendulum-v1 --agent=$agent --seed=$seed --device=cpu \
+    timeout 500 python3 main.py --env=Pendulum-v1 --agent=$agent --seed=$seed --device=cpu $starts \
       --worker_count=2 --learner_threads=1 --environment_max_steps=20000 --status_interval=60 \
       --results_dir=/tmp/runs/${agent}_s$seed > "/tmp/runs/${agent}_s$seed.log" 2>&1 &
   done
