@@ -15,7 +15,7 @@ from tests.conftest import run_main
 from workers.weights import SharedWeights
 
 # columns that measure time, not learning
-TIMING = {"fps", "wall_time", "batch_wait_s", "update_s"}
+TIMING = {"fps", "wall_time", "batch_wait_s", "update_s", "actor_wait_s", "learner_wait_s"}
 
 
 def _rows(results: str, name: str) -> list[dict]:
@@ -43,6 +43,19 @@ def test_the_same_seed_repeats_bit_for_bit(tmp_path):
         assert len(a) > rows
         assert a == b, f"{name} differs between two runs with --seed=7"
         assert a != c, f"{name} is the same with --seed=8"
+
+
+def test_sac_repeats_bit_for_bit(tmp_path):
+    # the replay's uniform draws, the transitions' rows, the policy's noise, the rate
+    # limiter's schedule, the random actions before --learning_starts
+    flags = ("--env=Pendulum-v1", "--agent=sac", "--learning_starts=400", "--hidden_size=32",
+             "--batch_size=32", "--environment_max_steps=1000", "--eval_interval=500")
+    for k in ("a", "b"):
+        _run(str(tmp_path / k), 7, *flags)
+    for name, rows in (("learner.csv", 500), ("episodes.csv", 4), ("eval.csv", 2)):
+        a, b = (_rows(str(tmp_path / k), name) for k in "ab")
+        assert len(a) >= rows
+        assert a == b, f"{name} differs between two runs with --seed=7"
 
 
 def test_a_fixed_policy_lag_is_the_lag_the_learner_sees(tmp_path):

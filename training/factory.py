@@ -108,7 +108,8 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
         list(cfg.replay_specs), slots, plan.spec, cfg.r_f_steps, pixel_stack=plan.pixel_stack,
         max_chain_heads=plan.max_chain_heads, fill_in_factor=cfg.training_fill_in_factor,
         features_fn=functools.partial(features, kind="logits"),
-        schedule_updates=cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
+        schedule_updates=cfg.environment_max_steps * cfg.replay_ratio if cfg.off_policy else
+        cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
         seed=cfg.seed + 7919 * group.rank,
         hidden_features_fn=functools.partial(features, kind="hidden"),
         distribution=model.distribution)

@@ -117,8 +117,9 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _str("env", "PongNoFrameskip-v4",
              "Env id: an Atari game (PongNoFrameskip-v4, ALE/Pong-v5), or a gymnasium env with "
              "discrete actions and vector observations (CartPole-v1, ShortCorridor-v0)."),
-        _int("environment_max_steps", 10_000_000,
-             "Length of the run in env steps (agent decisions, not frames)."),
+        _int("environment_max_steps", None,
+             "Length of the run in env steps (agent decisions, not frames); auto: 10M, 1M for "
+             "sac/td3/ddpg (CleanRL's MuJoCo budget)."),
         _float("stop_at_return", None,
                "Stop the run (with a checkpoint, exit 0) once the mean return of the last "
                "--stop_window training episodes reaches this; unset: run the whole budget."),
@@ -388,7 +389,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     *_section(
         "logging",
         _str("results_dir", "results", "Parent of the run directories."),
-        _int("save_model_period", 1000, "Checkpoint every this many learner updates."),
+        _int("save_model_period", None, "Checkpoint every this many learner updates; auto: "
+             "1000, 50,000 for sac/td3/ddpg (an update per env step)."),
         _int("keep_checkpoints", 3, "Numbered checkpoints kept in the run directory."),
         _float("status_interval", 5.0, "Seconds between status lines."),
     ),
