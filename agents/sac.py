@@ -40,7 +40,9 @@ class SACAgent(OffPolicyAgent):
         if autotune:  # CleanRL's: Adam at the critics' lr
             self.add_optimizer("alpha", [model.log_alpha], dataclasses.replace(
                 q_optim, optimizer="adam", max_grad_norm=0.0))
-        self._last_actor = (0.0, 0.0, 0.0)  # actor loss, entropy, alpha loss
+        # the last actor step's actor loss, entropy, alpha loss, gradient norm (a batch
+        # without an actor step reports them again: means over batches stay finite)
+        self._last_actor = (0.0, 0.0, 0.0, 0.0)
 
     @classmethod
     def from_config(cls, model, cfg, device) -> SACAgent:
@@ -66,7 +68,6 @@ class SACAgent(OffPolicyAgent):
             target = tr["reward"] + tr["discount"] * (next_q - alpha * next_logp)
         critic_loss, q = self.critic_loss(tr, target)
         critic_norm = self.step(critic_loss, "critic")
-        actor_norm = math.nan
         if self.gradient_steps % self.policy_frequency == 0:
             for _ in range(self.policy_frequency):
                 action, logp = self._policy(tr["obs"])
@@ -78,10 +79,11 @@ class SACAgent(OffPolicyAgent):
                                   * (logp.detach() + self.target_entropy)).mean()
                     self.step(alpha_loss, "alpha")
                     alpha = self.model.log_alpha.detach().exp()
-                self._last_actor = (actor_loss.item(), -logp.mean().item(), alpha_loss.item())
+                self._last_actor = (actor_loss.item(), -logp.mean().item(), alpha_loss.item(),
+                                    actor_norm)
         if self.gradient_steps % self.target_frequency == 0:
             polyak(self.target_critic, self.model.critic, self.tau)
-        actor_loss, entropy, alpha_loss = self._last_actor
+        actor_loss, entropy, alpha_loss, actor_norm = self._last_actor
         return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss,
                 "alpha_loss": alpha_loss, "alpha": alpha.item(), "entropy": entropy,
                 "q_mean": q.mean().item(), "target_mean": target.mean().item(),

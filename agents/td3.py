@@ -38,7 +38,7 @@ class TD3Agent(OffPolicyAgent):
             model.actor.log_noise.fill_(math.log(exploration_noise) if exploration_noise > 0
                                         else -30.0)  # exp(-30): no noise
         self.target_actor = self.add_target("actor", model.actor)
-        self._last_actor = math.nan
+        self._last_actor = (0.0, 0.0)  # the last actor step's loss and gradient norm
 
     @classmethod
     def from_config(cls, model, cfg, device) -> TD3Agent:
@@ -69,15 +69,15 @@ class TD3Agent(OffPolicyAgent):
             target = tr["reward"] + tr["discount"] * next_q.min(0).values
         critic_loss, q = self.critic_loss(tr, target)
         critic_norm = self.step(critic_loss, "critic")
-        actor_norm = math.nan
         if self.gradient_steps % self.policy_frequency == 0:
             mu = self.actor.distribution(self.actor.params(tr["obs"])).mode()
             actor_loss = -self.actor_q(tr["obs"], mu)[0].mean()
             actor_norm = self.step(actor_loss, "main")
-            self._last_actor = actor_loss.item()
+            self._last_actor = (actor_loss.item(), actor_norm)
             polyak(self.target_actor, self.model.actor, self.tau)
             polyak(self.target_critic, self.model.critic, self.tau)
-        return {"critic_loss": critic_loss.item(), "actor_loss": self._last_actor,
+        actor_loss, actor_norm = self._last_actor
+        return {"critic_loss": critic_loss.item(), "actor_loss": actor_loss,
                 "q_mean": q.mean().item(), "target_mean": target.mean().item(),
                 "critic_grad_norm": critic_norm, "actor_grad_norm": actor_norm}
 
