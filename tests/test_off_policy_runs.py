@@ -124,3 +124,18 @@ def test_off_policy_agents_refuse_discrete_actions(results):
     assert out.returncode == 2
     assert "td3 acts in box action spaces and CartPole-v1 has discrete actions" in out.stderr
     assert not os.path.exists(results)
+
+
+def test_elite_and_attentive_replays_feed_sac(results):
+    """custom entries on the actor's params (kl_div of the squashed Gaussians) and on
+    its hidden layer (attentive sampling)."""
+    mix = ('[{"type": "custom", "capacity": 400, "sample_ratio": 0.5, "dist_function": '
+           '"kl_div"}, {"type": "custom", "capacity": 400, "sample_ratio": 0.5, '
+           '"sample_strategy": "attentive_sampling", "features": "hidden"}]')
+    out = run_main("--env=Pendulum-v1", "--agent=sac", "--serial", f"--results_dir={results}",
+                   "--environment_max_steps=560", "--learning_starts=300",
+                   f"--replay_parameters={mix}", *SMALL, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = learner_rows(run_dir(results))
+    assert int(rows[-1]["updates"]) >= 240
+    assert all(float(r["critic_loss"]) == float(r["critic_loss"]) for r in rows)  # no NaN
