@@ -151,6 +151,12 @@ _HERMITE_X, _HERMITE_W = (torch.tensor(a / d, dtype=torch.float32) for a, d in z
     np.polynomial.hermite_e.hermegauss(32), (1.0, math.sqrt(2 * math.pi)), strict=True))
 
 
+def _on(x, params: torch.Tensor):
+    """A bound (float, or tensor on any device) where `params` are: a model's buffers
+    meet params stored on the CPU (the replays' distances)."""
+    return x.to(params.device) if isinstance(x, torch.Tensor) else x
+
+
 def log_one_minus_tanh2(u: torch.Tensor) -> torch.Tensor:
     """log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), finite for any u (the
     change of variables of tanh; SpinningUp's form)."""
@@ -167,6 +173,7 @@ class TanhGaussian(DiagGaussian):
     """
 
     def __init__(self, params: torch.Tensor, scale=1.0, bias=0.0):
+        scale, bias = _on(scale, params), _on(bias, params)
         mean, raw = params.chunk(2, dim=-1)
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(raw) + 1)
         super().__init__(torch.cat([mean, log_std], -1))
@@ -229,6 +236,7 @@ class NoisyDeterministic(DiagGaussian):
     """
 
     def __init__(self, params: torch.Tensor, scale=1.0, bias=0.0):
+        scale, bias = _on(scale, params), _on(bias, params)
         x, log_sigma = params.chunk(2, dim=-1)
         self.scale, self.bias = scale, bias
         mu = bias + scale * torch.tanh(x)

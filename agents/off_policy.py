@@ -245,4 +245,7 @@ class OffPolicyAgent(Agent):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.gradient_steps = state["gradient_steps"]
-        self.generator.set_state(state["generator"])
+        try:
+            self.generator.set_state(state["generator"])
+        except RuntimeError:  # saved by a generator of another device kind: this one's
+            self.generator.manual_seed(self.gradient_steps)  # stream, seeded by the count

@@ -33,6 +33,7 @@ class SACAgent(OffPolicyAgent):
                          seed)
         self.target_frequency = target_frequency
         self.autotune = autotune
+        self.alpha = alpha
         self.target_entropy = -float(model.actor.action_scale.numel())
         with torch.no_grad():
             model.log_alpha.fill_(0.0 if autotune else math.log(alpha))
@@ -51,6 +52,14 @@ class SACAgent(OffPolicyAgent):
                    tau=cfg.tau, policy_frequency=cfg.policy_frequency,
                    target_frequency=cfg.target_network_frequency, autotune=cfg.autotune,
                    alpha=cfg.alpha, seed=cfg.seed)
+
+    def load_state_dict(self, state: dict) -> None:
+        """The checkpoint's state; a fixed `--alpha` is this run's (a resume may change
+        it)."""
+        super().load_state_dict(state)
+        if not self.autotune:
+            with torch.no_grad():
+                self.model.log_alpha.fill_(math.log(self.alpha))
 
     def stat_names(self) -> tuple[str, ...]:
         return ("critic_loss", "actor_loss", "alpha_loss", "alpha", "entropy", "q_mean",

@@ -13,7 +13,8 @@ then the target actor and critics follow by Polyak averaging with `--tau`.
 sigma~ = `--policy_noise`, c = `--noise_clip`, both fractions of the half-width.
 
 DDPG is this class with the three parts of TD3 switched off: one critic (its model
-is `single_model`), no target smoothing (sigma~ = 0) and no delay (every batch).
+is `single_model`), no target smoothing (sigma~ = 0) and no delay (every batch, as
+the paper has it; CleanRL's ddpg_continuous_action.py delays its actor by 2).
 The actors explore with Gaussian noise of std `--exploration_noise` x the half-width
 (`NoisyDeterministic.sample`), a buffer of the actor that travels with its weights.
 """
@@ -34,9 +35,8 @@ class TD3Agent(OffPolicyAgent):
         super().__init__(model, optim, q_optim, device, gamma, n_step, tau, policy_frequency,
                          seed)
         self.policy_noise, self.noise_clip = policy_noise, noise_clip
-        with torch.no_grad():
-            model.actor.log_noise.fill_(math.log(exploration_noise) if exploration_noise > 0
-                                        else -30.0)  # exp(-30): no noise
+        self.exploration_noise = exploration_noise
+        self._set_noise()
         self.target_actor = self.add_target("actor", model.actor)
         self._last_actor = (0.0, 0.0)  # the last actor step's loss and gradient norm
 
@@ -47,6 +47,18 @@ class TD3Agent(OffPolicyAgent):
                    tau=cfg.tau, policy_frequency=cfg.policy_frequency,
                    policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip,
                    exploration_noise=cfg.exploration_noise, seed=cfg.seed)
+
+    def _set_noise(self) -> None:
+        """The actors' exploration noise, a buffer of the actor (published with it;
+        log std -30 for none)."""
+        with torch.no_grad():
+            self.model.actor.log_noise.fill_(math.log(self.exploration_noise)
+                                             if self.exploration_noise > 0 else -30.0)
+
+    def load_state_dict(self, state: dict) -> None:
+        """The checkpoint's state; `--exploration_noise` is this run's."""
+        super().load_state_dict(state)
+        self._set_noise()
 
     def stat_names(self) -> tuple[str, ...]:
         return ("critic_loss", "actor_loss", "q_mean", "target_mean", "critic_grad_norm",

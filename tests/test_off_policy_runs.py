@@ -48,7 +48,8 @@ def test_the_pacer_holds_the_ratio_with_a_slow_learner_and_with_slow_actors(rati
     (slow) or the actors step once every 50 rounds (slow)."""
     for slow in ("learner", "actors"):
         counters = types.SimpleNamespace(env_steps=0)
-        learner = types.SimpleNamespace(updates=0, ready=lambda: True)
+        learner = types.SimpleNamespace(updates=0, ready=lambda: True,
+                                        mixer=types.SimpleNamespace(ready=lambda: True))
         pacer = ReplayRatioPacer(counters, ratio, learning_starts=100, slack=32)
         for i in range(40_000):
             if pacer.may_act([learner]) and (slow == "learner" or i % 50 == 0):
@@ -59,6 +60,19 @@ def test_the_pacer_holds_the_ratio_with_a_slow_learner_and_with_slow_actors(rati
             assert learner.updates <= max(0, ratio * (counters.env_steps - 100))  # never ahead
         per_update = (counters.env_steps - 100) / learner.updates
         assert per_update == pytest.approx(1 / ratio, rel=0.05), slow
+
+
+def test_the_actors_are_not_held_while_the_replay_cannot_give_a_batch():
+    """A resume without --checkpoint_replay: counters far on, the replay empty. Held,
+    the actors could never fill it, and the run would hang."""
+    counters = types.SimpleNamespace(env_steps=50_000)
+    ready = {"now": False}
+    learner = types.SimpleNamespace(updates=100, ready=lambda: ready["now"],
+                                    mixer=types.SimpleNamespace(ready=lambda: ready["now"]))
+    pacer = ReplayRatioPacer(counters, 1.0, learning_starts=5000, slack=32)
+    assert pacer.may_act([learner])
+    ready["now"] = True
+    assert not pacer.may_act([learner])
 
 
 def test_the_rate_limiter_in_a_run_of_actor_processes(results):

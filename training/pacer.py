@@ -50,7 +50,8 @@ class ReplayRatioPacer(Pacer):
     batch is ready, so it never trains on an insert beyond the ratio. The actors get
     no new slots while the env steps exceed learning_starts + updates / ratio by
     `slack` or more (a round of rollouts of every actor: what they hold once granted),
-    so they cannot outrun a slow learner by more than that. Each learner.csv row says
+    so they cannot outrun a slow learner by more than that, unless the replays cannot
+    give a batch yet. Each learner.csv row says
     for how long, since the previous update, the actors were held
     ("actor_wait_s") and the learner waited for env steps with a batch at hand
     ("learner_wait_s")."""
@@ -85,9 +86,11 @@ class ReplayRatioPacer(Pacer):
         return learner.updates >= self.allowed() or not learner.ready()
 
     def may_act(self, learners: list[PolicyLearner]) -> bool:
-        updates = learners[0].updates
-        ahead = self.counters.env_steps - self.learning_starts - updates / self.ratio
-        ok = ahead < self.slack
+        learner = learners[0]
+        ahead = self.counters.env_steps - self.learning_starts - learner.updates / self.ratio
+        # while the replays cannot give a batch (a resume without --checkpoint_replay
+        # refills them) only the actors can change that: holding them would hang the run
+        ok = ahead < self.slack or not learner.mixer.ready()
         self._waiting("actor_wait_s", not ok)
         return ok
 

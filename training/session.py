@@ -29,7 +29,7 @@ from wrappers.envs import EnvInfo, env_info
 
 # Settings a resumed (all) or tested (the first two) agent must share with its
 # checkpoint, besides the architecture (`architecture_problem`).
-FIXED = ("env", "frames_stacked", "optimizer", "agent")
+FIXED = ("env", "frames_stacked", "optimizer", "agent", "autotune")
 
 
 def _changed(name: str, saved) -> str:
@@ -64,6 +64,9 @@ def action_problem(cfg: Config, info: EnvInfo) -> str | None:
     if info.action_kind not in kinds:
         return (f"--agent: {cfg.agent} acts in {' and '.join(kinds)} action spaces and "
                 f"{cfg.env} has {info.action_kind} actions; use ppo or impala")
+    if kinds[info.action_kind] in BOUNDED and len(info.obs_shape) != 1:
+        return (f"--agent: {cfg.agent}'s networks are MLPs over vector observations and "
+                f"{cfg.env}'s are {list(info.obs_shape)}; use ppo")
     bounds = (*info.action_low, *info.action_high)
     if kinds[info.action_kind] in BOUNDED and not all(map(math.isfinite, bounds)):
         return (f"--agent: {cfg.agent} squashes its actions into the action space's bounds "
