@@ -62,22 +62,23 @@ class PolicyMLP(ActorCritic):
         """The distribution class bound to this env's bounds: `distribution(params)`."""
         return functools.partial(self.kind, scale=self.action_scale, bias=self.action_bias)
 
-    def params(self, x: torch.Tensor) -> torch.Tensor:
-        """obs float32 [N, D] -> the distribution's params [N, P]."""
-        out = self.policy(self.torso(x))
+    def _policy_params(self, h: torch.Tensor) -> torch.Tensor:
+        """The params [N, P] from the torso's output h [N, H]."""
+        out = self.policy(h)
         return out if self.log_noise is None else \
             torch.cat([out, self.log_noise.expand_as(out)], -1)
+
+    def params(self, x: torch.Tensor) -> torch.Tensor:
+        """obs float32 [N, D] -> the distribution's params [N, P]."""
+        return self._policy_params(self.torso(x))
 
     def forward_with_hidden(self, obs, state, done, prepared=False):
         """The model interface: (params [T, B, P], zeros [T, B], hidden [T, B, H],
         state); obs [T, B, D]."""
         t, b = obs.shape[:2]
-        x = obs.reshape(t * b, *obs.shape[2:]).float()
-        h = self.torso(x)
-        out = self.policy(h)
-        if self.log_noise is not None:
-            out = torch.cat([out, self.log_noise.expand_as(out)], -1)
-        return (out.view(t, b, out.shape[-1]), torch.zeros(t, b, device=x.device),
+        h = self.torso(obs.reshape(t * b, *obs.shape[2:]).float())
+        out = self._policy_params(h)
+        return (out.view(t, b, out.shape[-1]), torch.zeros(t, b, device=h.device),
                 h.view(t, b, h.shape[-1]), state)
 
 
