@@ -195,6 +195,19 @@ class OffPolicyAgent(Agent):
         self.generator = torch.Generator(device=device).manual_seed(seed)
         self.gradient_steps = 0
 
+    @classmethod
+    def from_config(cls, model, cfg, device):
+        """The agent of a run's flags: the settings every off-policy agent reads, and
+        its own (`own_settings`)."""
+        optim, q_optim = cls.optim_configs(cfg)
+        return cls(model, optim, q_optim, device, gamma=cfg.gamma, n_step=cfg.n_step,
+                   tau=cfg.tau, seed=cfg.seed, **cls.own_settings(cfg))
+
+    @staticmethod
+    def own_settings(cfg) -> dict:
+        """The subclass's own constructor arguments from the flags."""
+        raise NotImplementedError
+
     @staticmethod
     def optim_configs(cfg) -> tuple[OptimConfig, OptimConfig]:
         """The actor's and the critic's optimizer settings: the critic's lr is --q_lr,

@@ -45,13 +45,11 @@ class SACAgent(OffPolicyAgent):
         # without an actor step reports them again: means over batches stay finite)
         self._last_actor = (0.0, 0.0, 0.0, 0.0)
 
-    @classmethod
-    def from_config(cls, model, cfg, device) -> SACAgent:
-        optim, q_optim = cls.optim_configs(cfg)
-        return cls(model, optim, q_optim, device, gamma=cfg.gamma, n_step=cfg.n_step,
-                   tau=cfg.tau, policy_frequency=cfg.policy_frequency,
-                   target_frequency=cfg.target_network_frequency, autotune=cfg.autotune,
-                   alpha=cfg.alpha, seed=cfg.seed)
+    @staticmethod
+    def own_settings(cfg) -> dict:
+        return {"policy_frequency": cfg.policy_frequency,
+                "target_frequency": cfg.target_network_frequency,
+                "autotune": cfg.autotune, "alpha": cfg.alpha}
 
     def load_state_dict(self, state: dict) -> None:
         """The checkpoint's state; a fixed `--alpha` is this run's (a resume may change

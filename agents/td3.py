@@ -40,13 +40,10 @@ class TD3Agent(OffPolicyAgent):
         self.target_actor = self.add_target("actor", model.actor)
         self._last_actor = (0.0, 0.0)  # the last actor step's loss and gradient norm
 
-    @classmethod
-    def from_config(cls, model, cfg, device) -> TD3Agent:
-        optim, q_optim = cls.optim_configs(cfg)
-        return cls(model, optim, q_optim, device, gamma=cfg.gamma, n_step=cfg.n_step,
-                   tau=cfg.tau, policy_frequency=cfg.policy_frequency,
-                   policy_noise=cfg.policy_noise, noise_clip=cfg.noise_clip,
-                   exploration_noise=cfg.exploration_noise, seed=cfg.seed)
+    @staticmethod
+    def own_settings(cfg) -> dict:
+        return {"policy_frequency": cfg.policy_frequency, "policy_noise": cfg.policy_noise,
+                "noise_clip": cfg.noise_clip, "exploration_noise": cfg.exploration_noise}
 
     def _set_noise(self) -> None:
         """The actors' exploration noise, a buffer of the actor (published with it;
@@ -98,9 +95,7 @@ class DDPGAgent(TD3Agent):
     """TD3 without its three parts (module docstring): a `single_model`, no smoothing,
     no delay."""
 
-    @classmethod
-    def from_config(cls, model, cfg, device) -> DDPGAgent:
-        optim, q_optim = cls.optim_configs(cfg)
-        return cls(model, optim, q_optim, device, gamma=cfg.gamma, n_step=cfg.n_step,
-                   tau=cfg.tau, policy_frequency=1, policy_noise=0.0, noise_clip=0.0,
-                   exploration_noise=cfg.exploration_noise, seed=cfg.seed)
+    @staticmethod
+    def own_settings(cfg) -> dict:
+        return {"policy_frequency": 1, "policy_noise": 0.0, "noise_clip": 0.0,
+                "exploration_noise": cfg.exploration_noise}
