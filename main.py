@@ -25,9 +25,11 @@ def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()
     what the command line parser already found; they are reported with the rest."""
     from training.checkpoint import CheckpointError, load_checkpoint
     from training.config import make_config, merge_saved
+    from training.policies import policy_configs, policy_zero, run_given
 
     errors = list(problems)
     checkpoint = None
+    raw = values
     if values["op_mode"] in ("train_w_load", "test") and values.get("load_model_url"):
         try:
             checkpoint = load_checkpoint(values["load_model_url"])
@@ -35,8 +37,16 @@ def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()
             errors.append(f"--load_model_url: {e}")
         else:
             values = merge_saved(values, explicit, checkpoint["config"])
-    cfg, config_errors = make_config(values, given=explicit)
-    errors.extend(config_errors)
+    values, override_errors = policy_zero(values)
+    cfg, config_errors = make_config(values, given=run_given(values, explicit))
+    errors.extend(override_errors + config_errors)
+    policies = None
+    if cfg is not None and cfg.num_policies > 1 and cfg.op_mode != "test" \
+            and not override_errors:
+        saved = None if checkpoint is None else \
+            [part.get("config", {}) for part in checkpoint["policies"]]
+        policies, policy_errors = policy_configs(raw, explicit, cfg, saved)
+        errors.extend(policy_errors)
     if errors:
         print("error: bad flags, nothing was started:", file=sys.stderr)
         for e in errors:
@@ -44,7 +54,7 @@ def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()
         return 2
     from training import session
 
-    return session.run(cfg, checkpoint)
+    return session.run(cfg, checkpoint, policies)
 
 
 def cli(argv: list[str]) -> int:

@@ -24,6 +24,9 @@ under `eval`: where its mean first reached each threshold, its last and best.
 `lr_end_value` over `environment_max_steps` env steps (equal values: constant,
 so the budget did not change the run).
 
+A run of several policies (`--num_policies`) reports its best policy by final mean,
+its figures in that policy's own env steps, and every policy's under "policies".
+
 Counting: frames = env steps x frameskip (4 on Atari, 1 elsewhere).
 """
 
@@ -134,6 +137,23 @@ def seed_result(run_dir: str, thresholds, window: int, final_window: int) -> dic
         "lr_schedule": {k: flags.get(k) for k in ("lr", "lr_end_value",
                                                    "environment_max_steps")},
     }
+
+
+def run_result(run_dir: str, thresholds, window: int, final_window: int) -> dict:
+    """`seed_result` of a run; of a run of several policies (--num_policies), the best
+    policy's (by its final mean; its figures count its own env steps) with every
+    policy's under "policies"."""
+    folders = sorted((d for d in os.listdir(run_dir) if d.startswith("policy_")),
+                     key=lambda d: int(d.split("_")[1]))
+    if not folders:
+        return seed_result(run_dir, thresholds, window, final_window)
+    results = [seed_result(os.path.join(run_dir, d), thresholds, window, final_window)
+               for d in folders]
+    finals = [-math.inf if r["final_mean"] is None else r["final_mean"] for r in results]
+    best = int(np.argmax(finals))
+    return {**results[best], "policy": best,
+            "policies": [{"policy": k, "final_mean": r["final_mean"], "best_mean": r["best_mean"],
+                          "reached": r["reached"]} for k, r in enumerate(results)]}
 
 
 def median_or_none(values: list[float | None]) -> float | None:
@@ -273,8 +293,8 @@ def main(argv: list[str]) -> int:
             print(json.dumps({"env": env, "seed": seed, "error": f"main.py exited {status}",
                               "run_dir": run_dir}))
             return 1
-        per_seed.append({"seed": seed, **seed_result(run_dir, thresholds, args.window,
-                                                         final_window)})
+        per_seed.append({"seed": seed, **run_result(run_dir, thresholds, args.window,
+                                                        final_window)})
     name = args.task or env.replace("/", "-")
     png = os.path.join(results_dir, f"{name}_{int(t0)}.png")
     result = {

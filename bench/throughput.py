@@ -16,6 +16,11 @@ using the whole machine, all in frames/s (env steps x frameskip):
                      as training takes it) on synthetic batches [T+1, B, ...]
     compute_bound_fps  1 / (1/env + 1/inference + 1/learner): what full training could
                      reach if the machine did nothing but these three, one after another
+    train_fps_policies  with --num_policies=K: full training of K policies of the default
+                     agent on the same actors (actor i acts for policy i mod K); with
+                     policies_over_one = train_fps_policies / train_fps, and the main
+                     process's (the learners') share of the machine's CPU in each
+                     (learner_cpu_share, learner_cpu_share_policies)
     learner_fps_impala, train_fps_impala  the same two with --agent=impala and its
                      defaults (on Atari: T=20, batch 8, RMSProp, normalised inputs and
                      returns), measured back to back with the above
@@ -38,6 +43,7 @@ import tempfile
 import time
 
 import numpy as np
+import psutil
 import torch.multiprocessing as mp
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,7 +53,9 @@ from option_flags import default_values  # noqa: E402
 from training.config import Config, make_config, resolve_device  # noqa: E402
 from training.factory import build_driver, make_agent  # noqa: E402
 from training.plan import make_plan  # noqa: E402
+from training.policies import policy_configs  # noqa: E402
 from training.run_dir import RunDir  # noqa: E402
+from training.session import population_preflight  # noqa: E402
 from workers.actor import ModelPolicy, RandomPolicy  # noqa: E402
 from wrappers.envs import env_info, make_batched_env  # noqa: E402
 
@@ -190,15 +198,21 @@ class DiscardingMixer:
         return 0
 
 
-def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = None
-                ) -> float:
+def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = None,
+                policies: list[Config] | None = None, usage: dict | None = None) -> float:
     """Frames/s of a run from its first rollout: training (`train`), or random actors
     with the batches discarded. `wire`, with --backend=ray, receives the rollout bytes
-    and rollouts taken from Ray's object store."""
+    and rollouts taken from Ray's object store; `policies`: several policies' configs
+    (--num_policies); `usage` receives the main process's share of the machine's CPU
+    over the run ("cpu_share")."""
     with tempfile.TemporaryDirectory() as tmp:
-        run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False)
-        driver = build_driver(cfg, make_plan(cfg, info), run,
-                              policy=ModelPolicy if train else RandomPolicy)
+        run = RunDir(tmp, cfg.env, cfg.to_dict(), echo=False, files=policies is None)
+        plan = make_plan(cfg, info) if policies is None else \
+            population_preflight(policies, None)[0]
+        driver = build_driver(cfg, plan, run, policy=ModelPolicy if train else RandomPolicy,
+                              policies=policies)
+        me, wall0 = psutil.Process(), time.time()
+        cpu0 = sum(me.cpu_times()[:2])
         if not train:  # every slot freed unread: no input statistics, no batch
             for learner in driver.learners:
                 learner.mixer = DiscardingMixer(learner.mixer)
@@ -207,6 +221,9 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
         try:
             driver.run(max_env_steps=steps)
             t_end, steps_end = time.time(), driver.counters.env_steps
+            if usage is not None:
+                usage["cpu_share"] = (sum(me.cpu_times()[:2]) - cpu0) / (
+                    (t_end - wall0) * (os.cpu_count() or 1))
             if wire is not None:
                 wire.update(bytes=driver.actors.bytes_total,
                             rollouts=driver.actors.rollouts_total)
@@ -231,6 +248,10 @@ def main() -> None:
                     help="updates timed for learner_fps")
     ap.add_argument("--use_lstm", action="store_true",
                     help="every measurement with main.py's --use_lstm (its --lstm_size)")
+    ap.add_argument("--num_policies", type=int, default=1,
+                    help="K > 1: also train_fps_policies, K policies on the same actors")
+    ap.add_argument("--only_train", action="store_true",
+                    help="measure train_fps (and train_fps_policies) alone")
     ap.add_argument("--backend", choices=("local", "ray"), default="local",
                     help="ray: also pipeline_fps_ray and train_fps_ray, actors on a local "
                          "Ray instance, and their ratios to the local figures")
@@ -250,16 +271,37 @@ def main() -> None:
     if errors or errors_impala:
         sys.exit("\n".join(errors + errors_impala))
     info = env_info(cfg.env, cfg.env_options())
+    policies = None
+    if args.num_policies > 1:
+        many = {**values, "num_policies": args.num_policies}
+        cfg_many, errors = make_config(many)
+        policies, more = policy_configs(many, set(), cfg_many) if cfg_many else ([], [])
+        if errors or more:
+            sys.exit("\n".join(errors + more))
     runs = []
     for _ in range(args.repeats):
-        run = {"env_ceiling_fps": env_ceiling_fps(cfg, info, args.seconds),
-               "inference_fps": inference_fps(cfg, info, args.seconds),
-               "learner_fps": learner_alone_fps(cfg, info, args.learner_updates),
-               "pipeline_fps": learner_fps(cfg, info, args.steps, train=False),
-               "train_fps": learner_fps(cfg, info, args.steps, train=True),
-               "learner_fps_impala": learner_alone_fps(cfg_impala, info,
-                                                       args.learner_updates),
-               "train_fps_impala": learner_fps(cfg_impala, info, args.steps, train=True)}
+        run = {}
+        if args.only_train or policies:
+            one, many_usage = {}, {}
+            run["train_fps"] = learner_fps(cfg, info, args.steps, train=True, usage=one)
+            run["learner_cpu_share"] = one["cpu_share"]
+            if policies:
+                run["train_fps_policies"] = learner_fps(policies[0], info, args.steps,
+                                                        train=True, policies=policies,
+                                                        usage=many_usage)
+                run["learner_cpu_share_policies"] = many_usage["cpu_share"]
+                run["policies_over_one"] = run["train_fps_policies"] / run["train_fps"]
+        if args.only_train:
+            runs.append(run)
+            continue
+        run.update({
+            "env_ceiling_fps": env_ceiling_fps(cfg, info, args.seconds),
+            "inference_fps": inference_fps(cfg, info, args.seconds),
+            "learner_fps": learner_alone_fps(cfg, info, args.learner_updates),
+            "pipeline_fps": learner_fps(cfg, info, args.steps, train=False),
+            "train_fps": learner_fps(cfg, info, args.steps, train=True),
+            "learner_fps_impala": learner_alone_fps(cfg_impala, info, args.learner_updates),
+            "train_fps_impala": learner_fps(cfg_impala, info, args.steps, train=True)})
         run["compute_bound_fps"] = 1.0 / sum(1.0 / run[k] for k in
                                              ("env_ceiling_fps", "inference_fps", "learner_fps"))
         if args.backend == "ray":
@@ -271,7 +313,13 @@ def main() -> None:
                 1, wire["rollouts"] * cfg.envs_per_worker)
             run["train_fps_ray"] = learner_fps(cfg_ray, info, args.steps, train=True)
         runs.append(run)
-    result = {k: round(statistics.median(r[k] for r in runs), 1) for k in runs[0]}
+    result = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    if args.only_train:
+        print(json.dumps({**result, "env": cfg.env, "agent": cfg.agent,
+                          "num_policies": args.num_policies, "worker_count": cfg.worker_count,
+                          "envs_per_worker": cfg.envs_per_worker, "repeats": args.repeats,
+                          "runs": runs, "cpu_count": os.cpu_count()}, indent=2))
+        return
     result.update(
         pipeline_over_ceiling=round(result["pipeline_fps"] / result["env_ceiling_fps"], 3),
         train_over_ceiling=round(result["train_fps"] / result["env_ceiling_fps"], 3),

@@ -24,25 +24,31 @@ from agents.distributions import Categorical
 from replay.base import Replay
 from replay.config import ReplaySpec, batch_shares
 from replay.queue import QueueReplay
+from replay.shared import SharedView
 from replay.storage_replay import StorageReplay
 
 
 def build_replays(entries: list[ReplaySpec], pool, spec: dict, unroll_length: int,
                   pixel_stack: int | None, max_chain_heads: int, fill_in_factor: float,
                   features_fn, schedule_updates: float, seed: int = 0,
-                  hidden_features_fn=None, distribution: type = Categorical) -> list[Replay]:
+                  hidden_features_fn=None, distribution: type = Categorical,
+                  shared: StorageReplay | None = None) -> list[Replay]:
     """One replay per parsed `--replay_parameters` entry.
 
     `features_fn` computes current logits (float32 [..., A]) and `hidden_features_fn`
     the current policy's hidden layer (float32 [..., H]) of obs [..., *obs_shape]; each
     custom replay gets the one its `features` names. `spec` must have "features" if an
     entry reads stored hidden features (`ReplaySpec.stores_hidden_features`).
-    `distribution`: the class of the stored params (agents/distributions.py).
+    `distribution`: the class of the stored params (agents/distributions.py). With
+    `shared` (--share_experience), each `standard` entry is a view of that replay
+    (replay/shared.py).
     """
     replays = []
     for i, e in enumerate(entries):
         if e.type == "queue":
             replays.append(QueueReplay(pool, e.capacity))
+        elif e.type == "standard" and shared is not None:
+            replays.append(SharedView(shared, e, fill_in_factor, seed=seed + i))
         else:
             fn = features_fn
             if e.uses_hidden_features:

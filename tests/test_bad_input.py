@@ -114,6 +114,29 @@ CORPUS = [
     ([rp('{"type": "queue", "sample_ratio": 0.5}',
          '{"type": "standard", "capacity": 50000000, "sample_ratio": 0.5}')],
      "lower 'capacity'"),
+    # several policies (--num_policies)
+    (["--num_policies=0"], "--num_policies"),
+    (["--policy_overrides=[{}]"], "--policy_overrides"), (["--with_pbt"], "--with_pbt"),
+    (["--num_policies=2", "--worker_count=2", "--policy_overrides=[{}]"], "--policy_overrides"),
+    (["--num_policies=2", "--worker_count=2", '--policy_overrides=[{}, {"nosuch": 1}]'],
+     "--policy_overrides"),
+    (["--num_policies=2", "--worker_count=2", '--policy_overrides=[{}, {"env": "Pong"}]'],
+     "--policy_overrides"),
+    (["--num_policies=2", "--worker_count=2", '--policy_overrides=[{}, {"lr": "abc"}]'],
+     "--policy_overrides"),
+    (["--num_policies=2", "--worker_count=2", '--policy_overrides=[{}, {"use_lstm": true}]'],
+     "--policy_overrides"),
+    (["--num_policies=2", "--worker_count=2", '--policy_overrides=[{}, {"agent": "sac"}]'],
+     "--agent"),
+    (["--num_policies=3", "--worker_count=2"], "--worker_count"),
+    (["--num_policies=2", "--worker_count=2", "--with_pbt",
+      '--policy_overrides=[{"agent": "ppo"}, {"agent": "impala"}]'], "--with_pbt"),
+    (["--num_policies=2", "--worker_count=2", "--with_pbt", "--pbt_mutate=env"], "--pbt_mutate"),
+    (["--num_policies=2", "--worker_count=2", "--weight_sync={'from': 0}"], "--weight_sync"),
+    (["--num_policies=2", "--worker_count=2", '--policy_overrides=[{}, {"hidden_size": 16}]',
+      '--weight_sync={"from": 0, "to": [1], "every_updates": 5}'], "--weight_sync"),
+    (["--num_policies=2", "--worker_count=2", "--share_experience"], "--share_experience"),
+    (["--num_policies=2", "--worker_count=2", "--learner_count=2"], "--learner_count"),
 ]
 
 
@@ -123,8 +146,8 @@ def cli(monkeypatch, capsys, tmp_path):
     A command line that passes every check would train: that fails the test."""
     from training import session
 
-    def no_training(cfg, checkpoint=None):
-        plan, problem = session.preflight(cfg, checkpoint)
+    def no_training(cfg, checkpoint=None, policies=None):
+        plan, problem = session.preflight(cfg, checkpoint, policies)
         if problem:
             print(f"error: {problem}", file=sys.stderr)
             return 2

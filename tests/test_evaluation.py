@@ -4,6 +4,7 @@ eval.csv and summary.json through the real entry point, a restart after a crash.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import glob
 import json
 import logging
@@ -16,7 +17,8 @@ import torch.multiprocessing as mp
 from agents.networks import ModelSpec, build_model
 from tests.conftest import run_main
 from training.run_dir import EVAL_COLUMNS
-from workers.evaluator import EvalConfig, Evaluator, duty_cap, play
+from workers.evaluator import EvalConfig, Evaluator, duty_cap, play, wait_ready
+from workers.weights import SharedWeights
 from wrappers.envs import EnvOptions, env_info, make_batched_env
 
 
@@ -72,8 +74,8 @@ def cartpole_evaluator(episodes: int, greedy: bool, max_duty: float | None = Non
     info = env_info("CartPole-v1", EnvOptions())
     cfg = EvalConfig(env_id="CartPole-v1", env_options=EnvOptions(episodic_life=False),
                      episodes=episodes, num_envs=2, greedy=greedy,
-                     model=ModelSpec(info.obs_shape, info.num_actions, 8), seed=0)
-    model = cfg.model.build()
+                     models=(ModelSpec(info.obs_shape, info.num_actions, 8),), seed=0)
+    model = cfg.models[0].build()
     return Evaluator(mp.get_context("spawn"), cfg, model, interval=10,
                      log=logging.getLogger("test_evaluator"), next_at=10,
                      max_duty=max_duty), model
@@ -88,7 +90,7 @@ def test_a_dead_evaluator_is_restarted(caplog):
         with caplog.at_level(logging.WARNING, logger="test_evaluator"):
             assert ev.poll() == []
         assert ev.restarts == 1 and "restarting it" in caplog.text
-        ev.maybe_request(model, version=3, env_steps=12)
+        ev.maybe_request(model, versions=3, env_steps=12)
         assert ev.next_at == 20
         deadline = time.time() + 120
         got = []
@@ -108,7 +110,7 @@ def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch, caplog)
     monkeypatch.setattr(time, "time", lambda: clock[0])
     ev.start()
     try:
-        assert ev.maybe_request(model, version=1, env_steps=10)
+        assert ev.maybe_request(model, versions=1, env_steps=10)
         got = []
         for _ in range(2400):  # up to about 120 s of real time
             got = ev.poll()
@@ -123,10 +125,10 @@ def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch, caplog)
         ev.results = real
         assert ev.not_before == 1000.0 + 2.0 / 0.25
         with caplog.at_level(logging.INFO, logger="test_evaluator"):
-            assert not ev.maybe_request(model, version=2, env_steps=25)  # due, but capped
-            assert not ev.maybe_request(model, version=2, env_steps=27)  # told once
+            assert not ev.maybe_request(model, versions=2, env_steps=25)  # due, but capped
+            assert not ev.maybe_request(model, versions=2, env_steps=27)  # told once
             clock[0] = 1008.0
-            assert ev.maybe_request(model, version=2, env_steps=45)
+            assert ev.maybe_request(model, versions=2, env_steps=45)
         told = [r.getMessage() for r in caplog.records]
         assert told == ["evaluation due at 20 env steps waits for the duty cap (25% of the "
                         "wall time): 6 s",
@@ -134,10 +136,10 @@ def test_evaluations_take_at_most_max_duty_of_the_wall_time(monkeypatch, caplog)
                         "passed while it waited"], told
         assert ev.next_at == 50
         # the end of the run: the final weights, unless running or already asked for
-        assert not ev.request_final(model, version=3, env_steps=47)  # one is running
+        assert not ev.request_final(model, versions=3, env_steps=47)  # one is running
         ev.busy_since = None
-        assert not ev.request_final(model, version=2, env_steps=47)  # had them
-        assert ev.request_final(model, version=3, env_steps=47)
+        assert not ev.request_final(model, versions=2, env_steps=47)  # had them
+        assert ev.request_final(model, versions=3, env_steps=47)
     finally:
         ev.close()
 
@@ -161,3 +163,23 @@ class _Ready:
 
     def close(self):
         pass
+
+
+def test_each_policy_is_evaluated_in_turn_at_a_due_point():
+    """Two policies: a due point asks for policy 0, then, once it is done, policy 1
+    (not due again), each result naming its policy and its own env steps."""
+    ev, model = cartpole_evaluator(episodes=2, greedy=True)
+    other = ev.cfg.models[0].build()
+    ev.cfg = dataclasses.replace(ev.cfg, models=ev.cfg.models * 2)
+    ev.weights.append(SharedWeights(other))
+    ev.start()
+    try:
+        got = []
+        for _ in range(2):
+            assert ev.maybe_request([model, other], [4, 7], env_steps=10, policy_steps=[6, 5])
+            got += wait_ready(ev, 120)
+        assert not ev.maybe_request([model, other], [4, 7], env_steps=12, policy_steps=[6, 6])
+        assert [(r.policy_id, r.version, r.env_steps) for r in got] == [(0, 4, 6), (1, 7, 5)]
+        assert ev.next_at == 20
+    finally:
+        ev.close()

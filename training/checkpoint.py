@@ -133,6 +133,34 @@ def acting_weights(state: dict, policy_id: int = 0) -> dict:
     return part.get("acting_model", part["agent"]["model"])
 
 
+def policy_view(state: dict, policy_id: int) -> dict:
+    """A checkpoint of several policies seen as one of policy `policy_id` alone (its
+    flags as "config", its part as the only policy): what test mode plays."""
+    part = state["policies"][policy_id]
+    return {**state, "config": part.get("config", state["config"]), "policies": [part]}
+
+
+def chosen_policy(state: dict, index: int | None) -> tuple[int, str]:
+    """The policy test mode plays (`--policy_index`, or the best by its last
+    evaluation, else by its mean-100 training return) and why."""
+    count = len(state["policies"])
+    if index is not None:
+        return index, f"--policy_index={index}"
+    reports = state.get("policy_reports") or [{}] * count
+    evals = [r.get("last_eval") for r in reports]
+    if all(evals):
+        scores, by = [e["mean"] for e in evals], "its last evaluation"
+    else:
+        scores = [float(np.mean(r["recent_returns"])) if r.get("recent_returns") else None
+                  for r in reports]
+        by = "its mean training return over its last 100 episodes"
+    known = [(v, -k) for k, v in enumerate(scores) if v is not None]
+    if not known:
+        return 0, "no policy has a score yet: policy 0"
+    best = -max(known)[1]
+    return best, f"the best of the {count} policies by {by} ({scores[best]:.3g})"
+
+
 def rng_state() -> dict:
     """The learner process's random states, for a checkpoint (CUDA's where it is used)."""
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),

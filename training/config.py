@@ -253,6 +253,13 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
             ("caching", "--caching prepares batches in a thread, which --serial's fixed "
                         "order excludes")) if v.get(name) not in (None, False, "local")]
     errors += _learner_problems(v)
+    if v["num_policies"] < 1:
+        errors.append(f"--num_policies: must be >= 1, got {v['num_policies']}")
+    elif v["num_policies"] == 1:
+        errors += [f"--{name}: several policies' flag; add --num_policies=K (K >= 2) or "
+                   "leave it out" for name in ("policy_overrides", "share_experience",
+                                               "weight_sync", "with_pbt")
+                   if v.get(name) not in (None, False)]
     if v.get("queued_batches") is not None and v["queued_batches"] <= 0:
         errors.append(f"--queued_batches: must be > 0, got {v['queued_batches']}; leave it "
                       "out for the auto value")

@@ -48,7 +48,10 @@ class Driver:
 
     def __init__(self, cfg: Config, info: EnvInfo, learners: list[PolicyLearner],
                  slots: SlotPool, actors: ActorPoolBase, report: Report, pacer: Pacer,
-                 observers: list[Observer] = (), evaluator: Evaluator | None = None):
+                 observers: list[Observer] = (), evaluator: Evaluator | None = None,
+                 shared=None):
+        """`report`: a `Report`, or with several policies a `PopulationReport`;
+        `shared`: the replay every policy's rollouts also go to (--share_experience)."""
         self.cfg = cfg
         self.info = info
         self.learners = learners
@@ -58,6 +61,7 @@ class Driver:
         self.pacer = pacer
         self.observers = list(observers)
         self.evaluator = evaluator
+        self.shared = shared
         self.log = report.log
         self.leader = True  # this driver reports: status, evaluations, the final ones
         self._dropped = self.replay_dropped()  # as last logged
@@ -133,12 +137,21 @@ class Driver:
             return
         for res in wait_ready(self.evaluator, 120, stop_requested):
             self.report.evaluation(*res)
-        learner = self.learners[0]
-        if self.evaluator.request_final(learner.agent.acting_model, learner.updates,
-                                        self.counters.env_steps):
-            self.log.info(f"evaluating the final policy (weights {learner.updates})")
+        while self.evaluator.request_final(*self._eval_args()):
+            k = self.evaluator.asked
+            self.log.info(f"evaluating the final policy{f' {k}' if len(self.learners) > 1 else ''} "
+                          f"(weights {self.learners[k].updates})")
             for res in wait_ready(self.evaluator, math.inf, stop_requested):
                 self.report.evaluation(*res)
+            if stop_requested():
+                break
+
+    def _eval_args(self) -> tuple:
+        """The evaluator's view of the policies: their acting models, weights versions,
+        the run's env steps and (several policies) each policy's own."""
+        return ([learner.agent.acting_model for learner in self.learners],
+                [learner.updates for learner in self.learners], self.counters.env_steps,
+                self.report.policy_steps())
 
     def start(self, max_env_steps: int | None) -> int:
         """Start the actors, the evaluator and the learners; the env steps to train to
@@ -163,9 +176,12 @@ class Driver:
 
     def _receive(self, rollouts) -> None:
         for rollout in rollouts:
+            if self.shared is not None:  # copied out before the policy's replays free them
+                for i in rollout.indices:
+                    self.shared.add(i)
             self.learners[rollout.policy_id].receive(rollout)
-            self.report.rollouts(self.cfg.r_f_steps * len(rollout.indices))
-            self.report.episodes(rollout.episodes)
+            self.report.rollouts(self.cfg.r_f_steps * len(rollout.indices), rollout.policy_id)
+            self.report.episodes(rollout.episodes, rollout.policy_id)
             if rollout.episodes:
                 for observer in self.observers:
                     observer.episodes(rollout.policy_id, rollout.episodes)
@@ -174,19 +190,20 @@ class Driver:
         t0 = time.perf_counter()
         wait_s = t0 - self._wait_since
         stats, lag = learner.train(batch, self.progress())
-        stats.update(self.pacer.take_stats())
-        self.report.update(stats, wait_s, time.perf_counter() - t0, lag, len(self.slots.free))
+        stats.update(self.pacer.take_stats(learner))
+        self.report.update(stats, wait_s, time.perf_counter() - t0, lag, len(self.slots.free),
+                           learner.policy_id)
         for observer in self.observers:
             observer.update(learner.policy_id, stats)
         self._wait_since = time.perf_counter()
 
     def _evaluate(self, stop_requested) -> None:
-        """Ask for an evaluation of policy 0 when one is due; record those that
-        finished. A `--serial` run waits for each, so its eval.csv repeats bit for bit."""
+        """Ask for an evaluation (of each policy in turn) when one is due; record those
+        that finished. A `--serial` run waits for each, so its eval.csv repeats bit for
+        bit."""
         if self.evaluator is None:
             return
-        asked = self.evaluator.maybe_request(self.learners[0].agent.acting_model,
-                                             self.counters.updates, self.counters.env_steps)
+        asked = self.evaluator.maybe_request(*self._eval_args())
         done = wait_ready(self.evaluator, math.inf, stop_requested) \
             if asked and self.cfg.serial else []
         for res in done + self.evaluator.poll():
@@ -196,7 +213,7 @@ class Driver:
     def status(self) -> None:
         self.report.pipeline.add_actor_times(self.actors.take_actor_seconds())
         dropped = self.replay_dropped()
-        replays = [r for learner in self.learners for r in learner.mixer.replays]
+        replays = self.replays()
         for i, (r, now, before) in enumerate(zip(replays, dropped, self._dropped, strict=True)):
             if now > before:
                 self.log.warning(f"replay {i} ({r.describe()}): {now - before} rollouts not "
@@ -208,10 +225,14 @@ class Driver:
                  **self.report.system.sample(os.getpid(), self.actors.pids())}
         self.report.status(extra, self.actors.restarts, {"replay_dropped": self._dropped})
 
+    def replays(self) -> list:
+        """Every replay object: the policies' in order, then the shared one."""
+        return [r for learner in self.learners for r in learner.mixer.replays] + \
+            ([self.shared] if self.shared is not None else [])
+
     def replay_dropped(self) -> list[int]:
-        """Per replay, over the policies in order: rollouts its frame pool had no room
-        for, so far."""
-        return [n for learner in self.learners for n in learner.replay_dropped()]
+        """Per replay (`replays()`): rollouts its frame pool had no room for, so far."""
+        return [int(r.stats().get("dropped", 0)) for r in self.replays()]
 
     def summary(self) -> dict:
         return {**self.report.summary(self.actors.restarts),
@@ -223,6 +244,15 @@ class Driver:
         return self.write_checkpoint([learner.state_dict(self.cfg.checkpoint_replay)
                                       for learner in self.learners])
 
+    def _run_parts(self) -> dict:
+        """What a checkpoint holds besides the policies: the shared replay and the
+        observers' state (PBT's), where there are."""
+        parts = {f"observer_{type(o).__name__}": o.state_dict() for o in self.observers
+                 if o.state_dict() is not None}
+        if self.shared is not None:
+            parts["shared_replay"] = self.shared.state_dict(self.cfg.checkpoint_replay)
+        return parts
+
     def write_checkpoint(self, policies: list[dict]) -> str:
         """Write a checkpoint of the run with the policies' parts `policies`; the run
         files are flushed and fsynced first, so they hold every row it counts."""
@@ -233,6 +263,7 @@ class Driver:
             "rng": rng_state(),
             "env_info": dataclasses.asdict(self.info),
             "policies": policies,
+            **self._run_parts(),
         }, keep=self.cfg.keep_checkpoints)
 
     # --- shutdown ---------------------------------------------------------------------
@@ -243,6 +274,8 @@ class Driver:
         CSVs agree); rollouts received and counted but still queued are not trained on."""
         if self.evaluator is not None:
             self.evaluator.close()
+        for observer in self.observers:
+            observer.close()
         late = self.actors.close()
         for rollout in late:
             self.slots.release(rollout.indices)

@@ -10,6 +10,7 @@ benchmarks time, so they take the step training takes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 
@@ -18,20 +19,23 @@ import torch.multiprocessing as mp
 
 from agents.agent import Agent
 from agents.group import ALONE, Group
-from agents.networks import policy_features
+from agents.networks import ModelSpec, policy_features
 from agents.registry import AGENTS
 from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
+from replay.shared import shared_entry
+from replay.storage_replay import StorageReplay
 from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
 from training.data_parallel import GroupPacer, ProcessGroup, actor_share, rank_device
 from training.driver import Driver
 from training.group_driver import FollowerReport, GroupDriver
-from training.observers import StopAtReturn
-from training.pacer import BatchReadyPacer, ReplayRatioPacer
+from training.observers import Observer, StopAtReturn, WeightSyncObserver
+from training.pacer import BatchReadyPacer, PolicyPacers, ReplayRatioPacer
 from training.plan import RunPlan
+from training.policies import parse_weight_sync
 from training.policy_learner import PolicyLearner
-from training.report import Report
+from training.report import PopulationReport, Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
 from workers.actor_pool import ActorPoolBase, actor_seed
@@ -89,13 +93,16 @@ def restore_replays(mixer: BatchMixer, cfg: Config, saved_cfg: dict, states: lis
 
 def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir,
                          slots: SlotPool, weights_for, checkpoint: dict | None,
-                         group: Group = ALONE) -> PolicyLearner:
+                         group: Group = ALONE, shared: StorageReplay | None = None
+                         ) -> PolicyLearner:
     """Policy `policy_id`'s agent, replays and weights (`weights_for(acting_model)`
     makes the weights), restored from its part of `checkpoint` if given; the agent
     trains with `group` (data-parallel ranks: rank 0's weights, its replays those of
-    the checkpoint's rank of the same number)."""
+    the checkpoint's rank of the same number); its standard replays are views of
+    `shared` if given (--share_experience)."""
     info = plan.info
-    agent = make_agent(cfg, info, rank_device(cfg, group.rank) if group.size > 1 else None)
+    device = rank_device(cfg, group.rank) if group.size > 1 else policy_device(cfg, policy_id)
+    agent = make_agent(cfg, info, device)
     saved = None if checkpoint is None else checkpoint["policies"][policy_id]
     if saved is not None:
         agent.load_state_dict(saved["agent"])
@@ -112,7 +119,7 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
         cfg.environment_max_steps / (cfg.r_f_steps * cfg.batch_size),
         seed=cfg.seed + 7919 * group.rank,
         hidden_features_fn=functools.partial(features, kind="hidden"),
-        distribution=model.distribution)
+        distribution=model.distribution, shared=shared)
     for i, r in enumerate(replays):
         if r.stored_bytes():
             size = r.stored_bytes() / 2**20
@@ -127,22 +134,36 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
                          f"those of ranks {group.size}..{len(by_rank) - 1} have no learner now "
                          "and are dropped")
         if group.rank < len(by_rank):
-            for line in restore_replays(mixer, cfg, checkpoint["config"], by_rank[group.rank]):
+            for line in restore_replays(mixer, cfg, saved.get("config", checkpoint["config"]),
+                                        by_rank[group.rank]):
                 run.log.info(line)
         else:
             run.log.info(f"resume: the replays of learner rank {group.rank} start empty: the "
                          f"checkpoint holds those of {len(by_rank)} learner(s)")
     # a checkpoint of format 1 had one policy, whose updates were the run's
     updates = 0 if saved is None else saved.get("updates", checkpoint["counters"]["updates"])
-    return PolicyLearner(policy_id, agent, mixer, weights_for(model), updates)
+    return PolicyLearner(policy_id, agent, mixer, weights_for(model), updates, cfg)
+
+
+def policy_device(cfg: Config, policy_id: int) -> torch.device:
+    """Policy `policy_id`'s device: --device's; on CUDA with several GPUs, GPU
+    policy_id mod the GPU count (Sample Factory's placement)."""
+    device = resolve_device(cfg.device)
+    if device.type != "cuda" or cfg.num_policies == 1:
+        return device
+    return torch.device("cuda", policy_id % torch.cuda.device_count())
 
 
 def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | None = None,
-                 policy: type = ModelPolicy, group: ProcessGroup | None = None) -> Driver:
+                 policy: type = ModelPolicy, group: ProcessGroup | None = None,
+                 policies: list[Config] | None = None) -> Driver:
     """Every part of the run, restored from `checkpoint` if given. `policy` is what
     the actors act with (`workers.actor.RandomPolicy` for the pipeline benchmark).
     With `group`, the parts of one data-parallel rank (training/data_parallel.py):
-    its share of the actors; the files, evaluator and observers are rank 0's."""
+    its share of the actors; the files, evaluator and observers are rank 0's. With
+    `policies` (--num_policies > 1: each policy's config, training/policies.py), a
+    learner, folder and pacer per policy, and actor i acting for policy i mod K."""
+    policies = policies or [cfg]
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.learner_threads)
     info = plan.info
@@ -155,34 +176,113 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
     else:
         def weights_for(model):
             return SharedWeights(model, lag=cfg.serial_policy_lag if cfg.serial else 0)
-    learner = build_policy_learner(0, cfg, plan, run, slots, weights_for, checkpoint,
-                                   group or ALONE)
+    shared = build_shared_replay(policies, plan, slots, run, checkpoint) \
+        if cfg.share_experience else None
+    learners = [build_policy_learner(k, c, plan, run, slots, weights_for, checkpoint,
+                                     group or ALONE, shared) for k, c in enumerate(policies)]
     if checkpoint is not None:
         restore_rng(checkpoint["rng"])
     leader = group is None or group.rank == 0
-    report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
-                    state=checkpoint, status_stats=learner.agent.STATUS) if leader else \
-        FollowerReport(run, checkpoint)
-    pacer = ReplayRatioPacer(report.counters, cfg.replay_ratio, cfg.learning_starts,
-                             slack=cfg.n_envs * cfg.r_f_steps * 2) if cfg.off_policy else \
-        BatchReadyPacer()
-    run.open_learner(learner.agent.stat_names() + pacer.stat_names())
+    if not leader:
+        report = FollowerReport(run, checkpoint)
+    elif len(policies) == 1:
+        report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
+                        state=checkpoint, status_stats=learners[0].agent.STATUS)
+    else:
+        report = population_report(policies, learners, run, info, checkpoint)
+    pacers = [ReplayRatioPacer(report.counters if c.share_experience else
+                               report.policies[k].counters if len(policies) > 1 else
+                               report.counters, c.replay_ratio, c.learning_starts,
+                               slack=cfg.n_envs * cfg.r_f_steps * 2)
+              if c.off_policy else BatchReadyPacer() for k, c in enumerate(policies)]
+    pacer = pacers[0] if len(policies) == 1 else PolicyPacers(pacers)
+    for k, learner in enumerate(learners):
+        files = run if len(policies) == 1 else report.policies[k].run_dir
+        files.open_learner(learner.agent.stat_names() + pacers[k].stat_names())
     if checkpoint is not None:
         report.counters.resumes += 1
     first, count = actor_share(cfg.worker_count, cfg.learner_count, group.rank) \
         if group is not None else (0, cfg.worker_count)
-    actors = make_actors(cfg, plan, run, slots, learner.weights, report.counters.resumes,
-                         actor_config(cfg, info, policy, first), count)
-    learner.publish()
-    observers = [] if cfg.stop_at_return is None or not leader else [
-        StopAtReturn(report, cfg.stop_at_return, cfg.stop_window)]
-    evaluator = make_evaluator(cfg, info, learner.agent, run, report.counters.env_steps) \
+    # actor i acts for policy i mod K (the pools take the seeds from policy 0's)
+    actor_cfgs = [dataclasses.replace(actor_config(c, info, policy, first), policy_id=k,
+                                      store_final_obs=any(p.off_policy for p in policies))
+                  for k, c in enumerate(policies)]
+    weights = [learner.weights for learner in learners]
+    actors = make_actors(cfg, plan, run, slots, weights if len(weights) > 1 else weights[0],
+                         report.counters.resumes,
+                         actor_cfgs if len(actor_cfgs) > 1 else actor_cfgs[0], count)
+    for learner in learners:
+        learner.publish()
+    observers = make_observers(cfg, policies, learners, report, run, checkpoint) \
+        if leader else []
+    evaluator = make_evaluator(cfg, info, [le.agent for le in learners], run,
+                               report.counters.env_steps, [c.model_spec(info) for c in policies]) \
         if leader else None
     if group is None:
-        return Driver(cfg, info, [learner], slots, actors, report, pacer, observers,
-                      evaluator=evaluator)
-    return GroupDriver(cfg, info, [learner], slots, actors, report, GroupPacer(group),
+        return Driver(cfg, info, learners, slots, actors, report, pacer, observers,
+                      evaluator=evaluator, shared=shared)
+    return GroupDriver(cfg, info, learners, slots, actors, report, GroupPacer(group),
                        observers, evaluator=evaluator, group=group)
+
+
+def population_report(policies: list[Config], learners: list[PolicyLearner], run: RunDir,
+                      info: EnvInfo, checkpoint: dict | None) -> PopulationReport:
+    """The reports of a run of several policies: the run's, and each policy's on its
+    folder `policy_<k>/` (a resumed one cut to what the checkpoint counted)."""
+    cfg = policies[0]
+    saved = [None] * len(policies) if checkpoint is None else \
+        checkpoint.get("policy_reports", [None] * len(policies))
+    reports = []
+    for k, (c, learner) in enumerate(zip(policies, learners, strict=True)):
+        state = saved[k] if k < len(saved) else None
+        counts = None if state is None else state["counters"]
+        files = run.child(f"policy_{k}", c.to_dict(), keep_rows=None if counts is None else (
+            counts["episodes"], counts["updates"], counts.get("evaluations", 0)),
+            keep_events=None if counts is None else (counts["env_steps"], state.get("saved_at")))
+        reports.append(Report(files, cfg.env, info.frames_per_step, cfg.environment_max_steps,
+                              state=state, status_stats=learner.agent.STATUS,
+                              label=f"policy {k}: "))
+    return PopulationReport(Report(run, cfg.env, info.frames_per_step,
+                                   cfg.environment_max_steps, state=checkpoint), reports)
+
+
+def build_shared_replay(policies: list[Config], plan: RunPlan, slots: SlotPool, run: RunDir,
+                        checkpoint: dict | None) -> StorageReplay:
+    """--share_experience's replay (replay/shared.py), restored from the checkpoint's."""
+    cfg = policies[0]
+    shared = StorageReplay(shared_entry(policies), slots, plan.spec, cfg.r_f_steps,
+                           plan.pixel_stack, max_chain_heads=plan.max_chain_heads,
+                           fill_in_factor=0.0, seed=cfg.seed + 104_723)
+    run.log.info(f"shared replay: {shared.describe()}")
+    state = None if checkpoint is None else checkpoint.get("shared_replay")
+    if state is not None:
+        problem = shared.state_problem(state)
+        if problem:
+            run.log.info(f"resume: the shared replay starts empty: {problem}")
+        else:
+            shared.load_state_dict(state)
+    return shared
+
+
+def make_observers(cfg: Config, policies: list[Config], learners: list[PolicyLearner],
+                   report, run: RunDir, checkpoint: dict | None) -> list[Observer]:
+    """`--stop_at_return`'s, `--weight_sync`'s and `--with_pbt`'s observers (each
+    restored from the checkpoint's state)."""
+    observers: list[Observer] = []
+    if cfg.stop_at_return is not None:
+        observers.append(StopAtReturn(report, cfg.stop_at_return, cfg.stop_window))
+    if cfg.weight_sync is not None:
+        observers.append(WeightSyncObserver(learners, parse_weight_sync(
+            cfg.weight_sync, len(policies))[0], run.log))
+    if cfg.with_pbt:
+        from training.pbt import PopulationBasedTraining
+
+        observers.append(PopulationBasedTraining(policies, learners, report, run))
+    for o in observers:
+        state = None if checkpoint is None else checkpoint.get(f"observer_{type(o).__name__}")
+        if state is not None:
+            o.load_state_dict(state)
+    return observers
 
 
 def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weights,
@@ -201,18 +301,20 @@ def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weight
                      run.log, cfg.max_actor_restarts, resumes=resumes)
 
 
-def make_evaluator(cfg: Config, info: EnvInfo, agent: Agent, run: RunDir, env_steps: int
-                   ) -> Evaluator | None:
-    """The evaluation worker of `--eval_interval` (None when 0); its first evaluation
-    comes at the next multiple of the interval after `env_steps`."""
+def make_evaluator(cfg: Config, info: EnvInfo, agents: list[Agent], run: RunDir, env_steps: int,
+                   models: list[ModelSpec]) -> Evaluator | None:
+    """The evaluation worker of `--eval_interval` (None when 0) for the policies of
+    `agents` (whose acting models are built from `models`); its first evaluation comes
+    at the next multiple of the interval after `env_steps`."""
     if cfg.eval_interval <= 0:
         return None
     eval_cfg = EvalConfig(
         env_id=cfg.env, env_options=cfg.env_options(training=False),
         episodes=cfg.eval_episodes, num_envs=min(cfg.eval_episodes, cfg.envs_per_worker),
-        greedy=cfg.eval_policy == "greedy", model=cfg.model_spec(info),
+        greedy=cfg.eval_policy == "greedy", models=tuple(models),
         seed=cfg.seed + 104_729)
-    return Evaluator(mp.get_context("spawn"), eval_cfg, agent.acting_model, cfg.eval_interval,
+    return Evaluator(mp.get_context("spawn"), eval_cfg, [a.acting_model for a in agents],
+                     cfg.eval_interval,
                      run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval,
                      max_duty=None if cfg.serial else
                      duty_cap(os.cpu_count() or 1, cfg.worker_count + cfg.learner_count))

@@ -387,6 +387,51 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
               "Evaluation actions: sampled from the policy, or the most likely one."),
     ),
     *_section(
+        "several policies",
+        _int("num_policies", 1,
+             "Policies trained at once on the shared actors, each by a learner of its own "
+             "(Sample Factory's name): actor i acts for policy i mod K, so --worker_count must "
+             "be a multiple of K. Their files go to policy_<k>/ in the run directory."),
+        _str("policy_overrides", None,
+             "A JSON list of --num_policies objects of per-policy flag values, e.g. "
+             "'[{\"agent\": \"sac\"}, {\"agent\": \"ppo\", \"lr\": 3e-4}]'; a flag not "
+             "given there is the command line's (or its auto value for that policy's agent). "
+             "The env, the actors, the rollout length and the run's budget cannot differ."),
+        _bool("share_experience", False,
+              "Every policy's rollouts also go to one shared replay: each policy's 'standard' "
+              "entries of --replay_parameters sample it (by their sample_ratio) instead of a "
+              "replay of their own."),
+        _str("weight_sync", None,
+             "Wheeler's weight sync, a JSON object: {\"from\": 0, \"to\": [1, 2], "
+             "\"every_updates\": 100, \"exclude\": [\"<name prefix>\", ...], \"rename\": "
+             "{\"<name prefix>\": \"<its name in the target>\"}}: every that many updates of "
+             "policy 'from', its acting model's parameters and buffers but the excluded ones "
+             "are copied into those of the policies 'to' (docs: several-policies.md)."),
+        _bool("with_pbt", False,
+              "Population-based training over the --num_policies policies (Sample Factory's "
+              "rules; pbt.csv in the run directory)."),
+        _int("pbt_period_env_steps", 1_000_000,
+             "PBT looks at a policy each time its own env steps pass this many more."),
+        _float("pbt_replace_fraction", 0.3,
+               "PBT: the best and the worst ceil(fraction x K) policies by their objective (the "
+               "mean return of their last 100 training episodes)."),
+        _float("pbt_replace_reward_gap", 0.1,
+               "PBT: a worst policy copies a best one only if the objective gap, relative to "
+               "the best one's, is above this..."),
+        _float("pbt_replace_reward_gap_absolute", 1e-6, "...and its absolute value above this."),
+        _float("pbt_mutation_rate", 0.15, "PBT: the chance that each hyperparameter is perturbed."),
+        _float("pbt_perturb_min", 1.1,
+               "PBT: a perturbed hyperparameter is multiplied or divided by a factor drawn "
+               "uniformly between this..."),
+        _float("pbt_perturb_max", 1.5, "...and this."),
+        _str("pbt_mutate", "lr,entropy_loss_weight",
+             "PBT: the hyperparameters it perturbs, comma-separated float flags every policy's "
+             "agent reads (lr, entropy_loss_weight, value_loss_weight, ppo_clip, q_lr...)."),
+        _int("policy_index", None,
+             "--op_mode=test: the policy to play; auto: the best by its last evaluation (by its "
+             "mean-100 training return where none was evaluated)."),
+    ),
+    *_section(
         "logging",
         _str("results_dir", "results", "Parent of the run directories."),
         _int("save_model_period", None, "Checkpoint every this many learner updates; auto: "

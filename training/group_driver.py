@@ -66,10 +66,10 @@ class FollowerReport:
         self.counters = Counters(**state["counters"]) if state is not None else Counters()
         self.max_env_steps = 0
 
-    def rollouts(self, env_steps: int) -> None:
+    def rollouts(self, env_steps: int, policy_id: int = 0) -> None:
         self.counters.env_steps += env_steps
 
-    def update(self, stats, wait_s, update_s, lag, free_slots) -> None:
+    def update(self, stats, wait_s, update_s, lag, free_slots, policy_id: int = 0) -> None:
         self.counters.updates += 1
 
     def flush(self, sync: bool = False) -> None:

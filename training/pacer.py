@@ -32,7 +32,8 @@ class Pacer:
         """The figures `take_stats` adds to each learner.csv row."""
         return ()
 
-    def take_stats(self) -> dict[str, float]:
+    def take_stats(self, learner: PolicyLearner | None = None) -> dict[str, float]:
+        """The figures since `learner`'s previous update (`stat_names`)."""
         return {}
 
 
@@ -97,9 +98,30 @@ class ReplayRatioPacer(Pacer):
     def stat_names(self) -> tuple[str, ...]:
         return tuple(self._waits)
 
-    def take_stats(self) -> dict[str, float]:
+    def take_stats(self, learner: PolicyLearner | None = None) -> dict[str, float]:
         for side, since in self._since.items():
             if since is not None:
                 self._waiting(side, True)
         out, self._waits = self._waits, dict.fromkeys(self._waits, 0.0)
         return out
+
+
+class PolicyPacers(Pacer):
+    """Several policies (`--num_policies`): each learner under a pacer of its own (by
+    `policy_id`); the actors act while every pacer lets them."""
+
+    def __init__(self, pacers: list[Pacer]):
+        self.pacers = pacers
+
+    def due(self, learner: PolicyLearner) -> bool:
+        return self.pacers[learner.policy_id].due(learner)
+
+    def idle(self, learner: PolicyLearner) -> bool:
+        return self.pacers[learner.policy_id].idle(learner)
+
+    def may_act(self, learners: list[PolicyLearner]) -> bool:
+        return all([p.may_act([learner]) for p, learner in zip(self.pacers, learners,
+                                                               strict=True)])
+
+    def take_stats(self, learner: PolicyLearner | None = None) -> dict[str, float]:
+        return self.pacers[learner.policy_id].take_stats(learner)

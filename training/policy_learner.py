@@ -22,9 +22,12 @@ class PolicyLearner:
     updates (batches), the version of the weights it publishes."""
 
     def __init__(self, policy_id: int, agent: Agent, mixer: BatchMixer, weights,
-                 updates: int = 0):
-        """`mixer.pool` is the run's slot pool, which received rollouts are read from."""
+                 updates: int = 0, cfg=None):
+        """`mixer.pool` is the run's slot pool, which received rollouts are read from;
+        `cfg`: the policy's `training.config.Config` (its flags, saved with its part of
+        a checkpoint: a resumed run of several policies rebuilds each one's from them)."""
         self.policy_id = policy_id
+        self.cfg = cfg
         self.agent = agent
         self.mixer = mixer
         self.weights = weights
@@ -87,7 +90,8 @@ class PolicyLearner:
         "acting_model" where the agent acts with a part of its model (test mode and
         `acting_weights` read it)."""
         part = {"agent": self.agent.state_dict(), "updates": self.updates,
-                "replays": self.mixer.state_dict(include_data=include_replay_data)}
+                "replays": self.mixer.state_dict(include_data=include_replay_data),
+                **({"config": self.cfg.to_dict()} if self.cfg is not None else {})}
         if self.agent.acting_model is not self.agent.model:
             part["acting_model"] = self.agent.acting_model.state_dict()
         return part

@@ -37,11 +37,13 @@ class Report:
 
     def __init__(self, run: RunDir, env: str, frames_per_step: int, max_env_steps: int,
                  state: dict | None = None,
-                 status_stats: tuple[tuple[str, str, str], ...] = ()):
+                 status_stats: tuple[tuple[str, str, str], ...] = (), label: str = ""):
         """`state`: a checkpoint's (counters, recent returns, best mean) to go on from;
         `status_stats`: the agent's statistics on the status line, (label, name,
-        format) each (`agents.agent.Agent.STATUS`)."""
+        format) each (`agents.agent.Agent.STATUS`); `label` begins the status line (a
+        policy's: "policy 1: ")."""
         self.run_dir = run
+        self.label = label
         self.status_stats = status_stats
         self.log = run.log
         self.env = env
@@ -70,13 +72,13 @@ class Report:
         self.tb = metrics.TensorBoardLog(run.path)
 
     # --- what happened ---------------------------------------------------------------
-    def rollouts(self, env_steps: int) -> None:
-        """`env_steps` more env steps arrived."""
+    def rollouts(self, env_steps: int, policy_id: int = 0) -> None:
+        """`env_steps` more env steps arrived (of the one policy)."""
         if self.first_rollout_at is None:
             self.first_rollout_at = (time.time(), self.counters.env_steps)
         self.counters.env_steps += env_steps
 
-    def episodes(self, episodes: list[tuple[float, int]]) -> None:
+    def episodes(self, episodes: list[tuple[float, int]], policy_id: int = 0) -> None:
         """Finished episodes, (return, length) each."""
         now = round(self.wall(), 3)
         c = self.counters
@@ -92,7 +94,7 @@ class Report:
                 self.best_mean_return = max(self.best_mean_return, float(np.mean(self.returns)))
 
     def update(self, stats: dict[str, float], wait_s: float, update_s: float,
-               lag: tuple[float, float], free_slots: int) -> None:
+               lag: tuple[float, float], free_slots: int, policy_id: int = 0) -> None:
         """One learner update: its loss statistics and pipeline figures."""
         self.counters.updates += 1
         self.last_stats = stats
@@ -118,6 +120,10 @@ class Report:
         if target is None or len(self.returns) < window:
             return False
         return float(np.mean(list(self.returns)[-window:])) >= target
+
+    def policy_steps(self) -> list[int] | None:
+        """Each policy's own env steps (None: one policy, whose are the run's)."""
+        return None
 
     def mean_return(self) -> float | None:
         return float(np.mean(self.returns)) if self.returns else None
@@ -156,7 +162,7 @@ class Report:
                 "saved_at": time.time()}  # what a resume cuts TensorBoard events at
 
     def evaluation(self, env_steps: int, version: int, returns: list[float],
-                   lengths: list[int]) -> None:
+                   lengths: list[int], policy_id: int = 0) -> None:
         """One evaluation of the policy (workers/evaluator.py), requested at `env_steps`
         and played by weights `version`: a row of eval.csv, `eval/` scalars at those
         env steps, a log line; summary.json keeps the last and the best."""
@@ -173,14 +179,15 @@ class Report:
         self.tb.scalars({"eval/mean_return": row["mean"], "eval/std_return": row["std"],
                          "eval/min_return": row["min"], "eval/max_return": row["max"],
                          "eval/mean_length": float(np.mean(lengths))}, env_steps)
-        self.log.info(f"eval at {env_steps:,} env steps (weights {version}): mean "
+        self.log.info(f"{self.label}eval at {env_steps:,} env steps (weights {version}): mean "
                       f"{row['mean']:.2f} +- {row['std']:.2f} over {len(r)} whole games")
 
     # --- the status line -------------------------------------------------------------
     def status(self, extra_scalars: dict[str, float], actor_restarts: int,
-               extra_summary: dict | None = None) -> None:
-        """The status line, the interval's scalars (with `extra_scalars`: replay and
-        system figures) and summary.json (with `extra_summary`); every file flushed."""
+               extra_summary: dict | None = None, line: bool = True) -> None:
+        """The status line (unless not `line`), the interval's scalars (with
+        `extra_scalars`: replay and system figures) and summary.json (with
+        `extra_summary`); every file flushed."""
         now = time.time()
         t0, s0 = self._last_status
         if now > t0:
@@ -195,13 +202,13 @@ class Report:
         bar, eta = metrics.progress(c.env_steps, self.max_env_steps,
                                     (self.fps or self.mean_fps()) / self.frames_per_step,
                                     sys.stdout.isatty())
-        self.log.info(
-            f"{bar}frames {c.env_steps * self.frames_per_step:,} | env steps {c.env_steps:,} | "
-            f"fps {self.fps:,.0f} (mean {self.mean_fps():,.0f}) | updates {c.updates:,} | "
-            f"return(100) {'n/a' if mean is None else f'{mean:.2f}'} "
-            f"[{c.episodes} episodes] | {losses} | "
-            f"lag {'n/a' if lag is None else f'{lag:.1f}'} | ETA {eta}"
-        )
+        if line:
+            self.log.info(
+                f"{self.label}{bar}frames {c.env_steps * self.frames_per_step:,} | env steps "
+                f"{c.env_steps:,} | fps {self.fps:,.0f} (mean {self.mean_fps():,.0f}) | updates "
+                f"{c.updates:,} | return(100) {'n/a' if mean is None else f'{mean:.2f}'} "
+                f"[{c.episodes} episodes] | {losses} | "
+                f"lag {'n/a' if lag is None else f'{lag:.1f}'} | ETA {eta}")
         values = {"perf/fps": self.fps, "perf/fps_mean": self.mean_fps(),
                   "charts/episodes": float(c.episodes),
                   **self.pipeline.scalars(now - t0), **extra_scalars}
@@ -220,3 +227,101 @@ class Report:
     def close(self) -> None:
         self.tb.close()
 
+
+
+class PopulationReport:
+    """Several policies (`--num_policies`): a `Report` per policy (`policies`, each on its
+    folder `policy_<k>/`: its own counters, CSVs, status line and TensorBoard events)
+    and the run's (`run`: the run's counters, which the budget, the checkpoint cadence
+    and the schedules read, the run-wide TensorBoard figures and the top summary.json
+    that compares the policies). The driver calls it as it calls a `Report`, with the
+    policy of each rollout, episode, update and evaluation."""
+
+    def __init__(self, run: Report, policies: list[Report]):
+        self.run = run
+        self.policies = policies
+        self.run_dir, self.log = run.run_dir, run.log
+        self.pipeline, self.system = run.pipeline, run.system
+
+    @property
+    def counters(self) -> Counters:
+        return self.run.counters
+
+    @property
+    def max_env_steps(self) -> int:
+        return self.run.max_env_steps
+
+    @max_env_steps.setter
+    def max_env_steps(self, value: int) -> None:
+        self.run.max_env_steps = value
+        for p in self.policies:  # a policy's status line shows its share of the budget
+            p.max_env_steps = value // len(self.policies)
+
+    def rollouts(self, env_steps: int, policy_id: int = 0) -> None:
+        self.run.rollouts(env_steps)
+        self.policies[policy_id].rollouts(env_steps)
+
+    def episodes(self, episodes: list[tuple[float, int]], policy_id: int = 0) -> None:
+        self.run.counters.episodes += len(episodes)
+        self.policies[policy_id].episodes(episodes)
+
+    def update(self, stats: dict[str, float], wait_s: float, update_s: float,
+               lag: tuple[float, float], free_slots: int, policy_id: int = 0) -> None:
+        self.run.counters.updates += 1
+        self.run.pipeline.add_update(wait_s, update_s, lag[0], lag[1], {})
+        self.policies[policy_id].update(stats, wait_s, update_s, lag, free_slots)
+
+    def evaluation(self, env_steps: int, version: int, returns: list[float],
+                   lengths: list[int], policy_id: int = 0) -> None:
+        self.run.counters.evaluations += 1
+        self.policies[policy_id].evaluation(env_steps, version, returns, lengths)
+
+    def policy_steps(self) -> list[int]:
+        return [p.counters.env_steps for p in self.policies]
+
+    def reached(self, target: float | None, window: int) -> bool:
+        """Whether any policy's mean return of its last `window` episodes is >= `target`."""
+        return any(p.reached(target, window) for p in self.policies)
+
+    def status(self, extra_scalars: dict[str, float], actor_restarts: int,
+               extra_summary: dict | None = None) -> None:
+        """A status line per policy (each policy's summary.json and scalars), then the
+        run's scalars and the top summary.json."""
+        for p in self.policies:
+            p.status({}, actor_restarts)
+        self.run.status(extra_scalars, actor_restarts, extra_summary, line=False)
+        self.run.run_dir.write_summary({**self.summary(actor_restarts), **(extra_summary or {})})
+
+    def summary(self, actor_restarts: int) -> dict:
+        """The run's counters and each policy's figures; `best_policy`: the best by its
+        last evaluation, else by its mean-100 training return (None before either)."""
+        top = self.run.summary(actor_restarts)
+        for key in ("mean_return_last100", "best_mean_return_100", "eval_last", "eval_best"):
+            top.pop(key)
+        policies = [p.summary(actor_restarts) for p in self.policies]
+        return {**top, "policies": policies, "best_policy": best_policy(policies)}
+
+    def state_dict(self) -> dict:
+        return {**self.run.state_dict(),
+                "policy_reports": [p.state_dict() for p in self.policies]}
+
+    def flush(self, sync: bool = False) -> None:
+        self.run.flush(sync)
+        for p in self.policies:
+            p.flush(sync)
+
+    def close(self) -> None:
+        self.run.close()
+        for p in self.policies:
+            p.close()
+
+
+def best_policy(summaries: list[dict]) -> int | None:
+    """The index of the best policy by its summary's last evaluation (when every policy
+    has one), else by its mean-100 training return; None when neither is known."""
+    if all(s.get("eval_last") for s in summaries):
+        scores = [s["eval_last"]["mean"] for s in summaries]
+    else:
+        scores = [s.get("mean_return_last100") for s in summaries]
+    known = [(v, -k) for k, v in enumerate(scores) if v is not None]
+    return -max(known)[1] if known else None

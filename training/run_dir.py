@@ -9,6 +9,11 @@
     summary.json    counters and returns, rewritten as the run goes
     run.log         the log (status lines included)
     checkpoint.pt   the newest complete checkpoint
+With several policies (`--num_policies`) each policy has a folder `policy_<k>/` of its
+own with its flags.json (its flags), episodes.csv, learner.csv, eval.csv, summary.json
+and TensorBoard events; the run's top level keeps flags.json (policy 0's), run.log,
+the checkpoints (every policy's part in one file), summary.json (every policy's
+figures side by side), the run-wide TensorBoard figures and pbt.csv (`--with_pbt`).
 CSV files and the TensorBoard events are flushed at every status line, and flushed
 and fsynced before every checkpoint, so a run killed at any moment has on disk at
 least the rows its newest checkpoint counts; summary.json is replaced atomically
@@ -55,13 +60,16 @@ class RunDir:
     def __init__(self, results_dir: str, env_id: str, config: dict, echo: bool = True,
                  resume_path: str | None = None,
                  keep_rows: tuple[int, int, int] | None = None,
-                 keep_events: tuple[int, float | None] | None = None):
+                 keep_events: tuple[int, float | None] | None = None,
+                 files: bool = True, log: logging.Logger | None = None):
         """A new directory under `results_dir`, or, with `resume_path`, the directory of
         the run being resumed: its CSVs and log are appended to, after cutting them to
         `keep_rows` = (episodes, updates, evaluations) rows, what the checkpoint had counted (rows
         written after the checkpoint, by a run that was killed, would be counted twice);
         its TensorBoard events are cut to `keep_events` = (env steps, unix time of the
-        save or None), see `cut_events`."""
+        save or None), see `cut_events`. Without `files` it has no episodes.csv and
+        eval.csv (the top level of a run of several policies); with `log` it writes to
+        that logger (a policy's folder: the run's log)."""
         if resume_path is None:
             name = env_id.split(":")[-1].replace("/", "-")
             ts = int(time.time())
@@ -74,17 +82,29 @@ class RunDir:
             path = resume_path
         self.path = path
         if keep_rows is not None:
-            _cut_csv(self.file("episodes.csv"), keep_rows[0])
-            _cut_csv(self.file("learner.csv"), keep_rows[1])
-            _cut_csv(self.file("eval.csv"), keep_rows[2])
+            cut_csv(self.file("episodes.csv"), keep_rows[0])
+            cut_csv(self.file("learner.csv"), keep_rows[1])
+            cut_csv(self.file("eval.csv"), keep_rows[2])
         if keep_events is not None:
             for events in glob.glob(self.file("events.out.tfevents.*")):
                 cut_events(events, *keep_events)
         atomic_write_text(self.file("flags.json"), json.dumps(config, indent=2, sort_keys=True))
-        self._episodes_f, self.episodes = self._open_csv("episodes.csv", EPISODE_COLUMNS)
-        self._eval_f, self.eval = self._open_csv("eval.csv", EVAL_COLUMNS)
+        self._episodes_f = self.episodes = self._eval_f = self.eval = None
+        if files:
+            self._episodes_f, self.episodes = self._open_csv("episodes.csv", EPISODE_COLUMNS)
+            self._eval_f, self.eval = self._open_csv("eval.csv", EVAL_COLUMNS)
         self._learner_f = self.learner = None  # `open_learner`
-        self.log = _make_logger(self.file("run.log"), echo)
+        self._owns_log = log is None
+        self.log = _make_logger(self.file("run.log"), echo) if log is None else log
+
+    def child(self, name: str, config: dict, keep_rows: tuple[int, int, int] | None = None,
+              keep_events: tuple[int, float | None] | None = None) -> RunDir:
+        """The folder `name` of this run (a policy's), with its own files, writing to
+        this run's log; `keep_rows` and `keep_events` as for a resumed run."""
+        path = self.file(name)
+        os.makedirs(path, exist_ok=True)
+        return RunDir("", "", config, resume_path=path, keep_rows=keep_rows,
+                      keep_events=keep_events, log=self.log)
 
     def open_learner(self, stat_names: tuple[str, ...]) -> None:
         """Open learner.csv for rows of the agent's statistics `stat_names` (its
@@ -121,18 +141,19 @@ class RunDir:
         if sync:
             for f in self._files():
                 os.fsync(f.fileno())
-            for path in [self.file("run.log"), *glob.glob(self.file("events.out.tfevents.*"))]:
+            log = [self.file("run.log")] if self._owns_log else []
+            for path in [*log, *glob.glob(self.file("events.out.tfevents.*"))]:
                 fsync_path(path)
 
     def close(self) -> None:
         for f in self._files():
             f.close()
-        for h in list(self.log.handlers):
+        for h in list(self.log.handlers) if self._owns_log else []:
             h.close()
             self.log.removeHandler(h)
 
 
-def _cut_csv(path: str, rows: int) -> None:
+def cut_csv(path: str, rows: int) -> None:
     """Keep the header and the first `rows` rows of a CSV file."""
     if not os.path.exists(path):
         return

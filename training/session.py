@@ -14,14 +14,24 @@ import math
 import os
 import sys
 
+import torch
+
 from agents.distributions import BOUNDED
 from agents.networks import ARCHITECTURE_FLAGS
 from agents.registry import AGENTS, model_spec
-from training.checkpoint import acting_weights, resolve_checkpoint_path, start_branch
+from training.checkpoint import (
+    acting_weights,
+    chosen_policy,
+    policy_view,
+    resolve_checkpoint_path,
+    start_branch,
+)
 from training.config import SAVED_BEFORE, Config
 from training.data_parallel import GroupFailure, Ranks, rank_view
-from training.factory import build_driver
+from training.factory import build_driver, make_agent
+from training.observers import sync_problem
 from training.plan import RunPlan, check_memory, make_plan
+from training.policies import parse_weight_sync
 from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.actor_pool import ActorFailure
@@ -29,7 +39,7 @@ from wrappers.envs import EnvInfo, env_info
 
 # Settings a resumed (all) or tested (the first two) agent must share with its
 # checkpoint, besides the architecture (`architecture_problem`).
-FIXED = ("env", "frames_stacked", "optimizer", "agent", "autotune")
+FIXED = ("env", "frames_stacked", "optimizer", "agent", "autotune", "num_policies")
 
 
 def _changed(name: str, saved) -> str:
@@ -79,9 +89,13 @@ def _fail(message: str) -> int:
     return 2
 
 
-def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str | None]:
+def preflight(cfg: Config, checkpoint: dict | None, policies: list[Config] | None = None
+              ) -> tuple[RunPlan | None, str | None]:
     """(the run plan, None) if the run can start, else (None, the message of why not).
-    A test needs no plan: it runs no actors and no replays."""
+    A test needs no plan: it runs no actors and no replays. `policies`: each policy's
+    config (--num_policies > 1)."""
+    if policies is not None and len(policies) > 1:
+        return population_preflight(policies, checkpoint)
     if checkpoint is not None:
         for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:2]:
             saved = checkpoint["config"].get(name, SAVED_BEFORE.get(name))
@@ -107,14 +121,75 @@ def preflight(cfg: Config, checkpoint: dict | None) -> tuple[RunPlan | None, str
     return (None, problem) if problem else (plan, None)
 
 
-def run(cfg: Config, checkpoint: dict | None = None) -> int:
-    plan, problem = preflight(cfg, checkpoint)
+def population_preflight(policies: list[Config], checkpoint: dict | None
+                         ) -> tuple[RunPlan | None, str | None]:
+    """`preflight` for several policies: each policy's agent, acting and saved agent,
+    rollouts of one layout for all, the weight sync's parameters, and memory for the
+    slots and every replay."""
+    cfg = policies[0]
+    saved = None if checkpoint is None else checkpoint["policies"]
+    for k, c in enumerate(policies):
+        if saved is not None and k < len(saved):
+            before = saved[k].get("config", {}).get("agent", c.agent)
+            if before != c.agent:
+                return None, f"--policy_overrides: policy {k}: {_changed('agent', before)}"
+    info = env_info(cfg.env, cfg.env_options())
+    union = {"off_policy": any(c.off_policy for c in policies),
+             "store_features": any(c.store_features for c in policies)}
+    plans = []
+    for k, c in enumerate(policies):
+        problem = action_problem(c, info)
+        if problem:
+            return None, f"policy {k}: {problem}"
+        plans.append(make_plan(dataclasses.replace(c, **union), info))
+        if plans[k].spec != plans[0].spec:
+            odd = sorted(n for n in set(plans[k].spec) | set(plans[0].spec)
+                         if plans[k].spec.get(n) != plans[0].spec.get(n))
+            return None, (f"--policy_overrides: policy {k}'s rollouts would differ from "
+                          f"policy 0's in {odd}: the policies share the actors' rollout slots; "
+                          "give them the same --use_lstm/--lstm_size, --hidden_size where a "
+                          "replay reads hidden features, and agents of one action kind")
+    sync, _ = parse_weight_sync(cfg.weight_sync, len(policies))
+    if sync is not None:
+        models = [make_agent(c, info, torch.device("cpu")).acting_model for c in policies]
+        for t in sync.targets:
+            problem = sync_problem(models[sync.source], models[t], sync)
+            if problem:
+                return None, f"--weight_sync: from policy {sync.source} to {t}: {problem}"
+    ahead = sum(p.num_slots - cfg.n_envs for p in plans)
+    plan = dataclasses.replace(
+        plans[0], num_slots=cfg.n_envs + ahead,
+        slot_bytes=plans[0].slot_bytes // plans[0].num_slots * (cfg.n_envs + ahead),
+        replay_bytes=tuple(b for p in plans for b in p.replay_bytes))
+    problem = check_memory(plan)
+    return (None, problem) if problem else (plan, None)
+
+
+def run(cfg: Config, checkpoint: dict | None = None, policies: list[Config] | None = None
+        ) -> int:
+    """One invocation; `policies`: each policy's config where --num_policies > 1
+    (training/policies.py)."""
+    chosen = None
+    if cfg.op_mode == "test" and checkpoint is not None and len(checkpoint["policies"]) > 1:
+        count = len(checkpoint["policies"])
+        if cfg.policy_index is not None and not 0 <= cfg.policy_index < count:
+            return _fail(f"--policy_index: the checkpoint has policies 0..{count - 1}, got "
+                         f"{cfg.policy_index}")
+        k, why = chosen_policy(checkpoint, cfg.policy_index)
+        checkpoint = policy_view(checkpoint, k)
+        saved = checkpoint["config"]
+        cfg = dataclasses.replace(cfg, **{name: saved[name] for name in
+                                          ("agent", *ARCHITECTURE_FLAGS) if name in saved})
+        chosen = f"test: policy {k} ({why})"
+    plan, problem = preflight(cfg, checkpoint, policies)
     if problem:
         return _fail(problem)
     stop = StopSignal().install()
     if cfg.op_mode == "test":
         from training.evaluate import evaluate
 
+        if chosen:
+            print(chosen)
         return evaluate(cfg, checkpoint, stop)
     if checkpoint is not None:
         c = checkpoint["counters"]
@@ -123,14 +198,15 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
         run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict(),
                          resume_path=os.path.dirname(loaded),
                          keep_rows=(c["episodes"], c["updates"], c.get("evaluations", 0)),
-                         keep_events=(c["env_steps"], checkpoint.get("saved_at")))
+                         keep_events=(c["env_steps"], checkpoint.get("saved_at")),
+                         files=cfg.num_policies == 1)
         run_dir.log.info(f"resuming from {cfg.load_model_url} at {c['env_steps']:,} env steps, "
                          f"{c['updates']:,} updates (resume {c.get('resumes', 0) + 1})")
         if superseded:
             run_dir.log.info(f"checkpoints of later updates, from the run this one branches "
                              f"off, moved to superseded/: {', '.join(superseded)}")
     else:
-        run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict())
+        run_dir = RunDir(cfg.results_dir, cfg.env, cfg.to_dict(), files=cfg.num_policies == 1)
     driver = ranks = None
     status = 0
     try:
@@ -138,7 +214,7 @@ def run(cfg: Config, checkpoint: dict | None = None) -> int:
         if cfg.learner_count > 1:  # rank 0 here, the other ranks in processes of their own
             ranks = Ranks(cfg, run_dir.path, run_dir.log)
             group = ranks.group
-        driver = build_driver(cfg, plan, run_dir, checkpoint, group=group)
+        driver = build_driver(cfg, plan, run_dir, checkpoint, group=group, policies=policies)
         driver.run(stop_requested=stop)
         if stop():
             run_dir.log.info("stop requested: stopping the actors and saving a checkpoint")

@@ -47,6 +47,12 @@ def actor_seed(seed: int, actor_id: int, incarnation: int, resumes: int) -> int:
     return seed + 10_007 * actor_id + 1_000_003 * incarnation + 1_000_000_007 * resumes
 
 
+def per_policy(x) -> list:
+    """A pool's per-policy argument (an `ActorConfig`, weights) as a list: one policy's
+    as a list of one."""
+    return list(x) if isinstance(x, (list, tuple)) else [x]
+
+
 class ActorPoolBase:
     """The contract (see the module docstring) and the bookkeeping every pool shares."""
 

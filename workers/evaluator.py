@@ -18,7 +18,9 @@ is evaluated too (`request_final`), unless the last evaluation already had its
 weights. A `--serial` run, which waits for each evaluation anyway, has no cap, so
 its eval.csv repeats bit for bit.
 An evaluator that dies is logged and restarted, `MAX_RESTARTS` times, then left
-off; training goes on.
+off; training goes on. With several policies (`--num_policies`) it holds a model of
+each: at each due point it evaluates every policy in turn, one evaluation at a time,
+each under the duty cap, and each result names its policy.
 
 `play` is also test mode's (`training/evaluate.py`).
 """
@@ -80,21 +82,23 @@ class EvalConfig:
     episodes: int
     num_envs: int
     greedy: bool
-    model: ModelSpec
+    models: tuple[ModelSpec, ...]  # one per policy
     seed: int
 
 
 class EvalResult(NamedTuple):
-    """One evaluation: requested at `env_steps`, played by weights `version`."""
+    """One evaluation of policy `policy_id`: requested at `env_steps`, played by
+    weights `version`."""
 
     env_steps: int
     version: int
     returns: list[float]
     lengths: list[int]
+    policy_id: int = 0
 
 
-def run_evaluator(cfg: EvalConfig, weights: SharedWeights, requests, results) -> None:
-    """Process entry point: one evaluation per request (env steps, an int) read from
+def run_evaluator(cfg: EvalConfig, weights: list[SharedWeights], requests, results) -> None:
+    """Process entry point: one evaluation per request (env steps, policy id) read from
     the `requests` pipe, each answered on `results`; ends when the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     die_with_parent()
@@ -103,16 +107,17 @@ def run_evaluator(cfg: EvalConfig, weights: SharedWeights, requests, results) ->
     # 13.4% at the learner's priority, an evaluation every 37.5k env steps (README)
     os.nice(NICENESS)
     torch.set_num_threads(1)
-    model = cfg.model.build().eval()
+    models = [spec.build().eval() for spec in cfg.models]
     env = make_batched_env(cfg.env_id, cfg.num_envs, cfg.env_options, seed=cfg.seed)
     try:
         k = 0
         while True:
-            env_steps = requests.recv()
-            version = weights.pull(model, -1)
+            env_steps, policy_id = requests.recv()
+            model = models[policy_id]
+            version = weights[policy_id].pull(model, -1)
             games = play(model, env, cfg.episodes, cfg.greedy, cfg.seed + k)
             results.send(EvalResult(env_steps, version, [float(r) for r, _ in games],
-                                    [int(n) for _, n in games]))
+                                    [int(n) for _, n in games], policy_id))
             k += 1
     except (EOFError, BrokenPipeError, OSError):
         pass  # the learner closed the pipes
@@ -138,8 +143,9 @@ class Evaluator:
     """The learner's side: `maybe_request` when training passes the next multiple of
     `interval` env steps, `poll` for results, `close` at the end."""
 
-    def __init__(self, ctx, cfg: EvalConfig, model: torch.nn.Module, interval: int, log,
+    def __init__(self, ctx, cfg: EvalConfig, models, interval: int, log,
                  next_at: int, max_duty: float | None = None):
+        """`models`: the acting model of each policy (or the one policy's)."""
         self.ctx = ctx
         self.max_duty = max_duty  # None: no cap (see the module docstring)
         self.not_before = 0.0  # time.time() before which no evaluation starts
@@ -147,11 +153,13 @@ class Evaluator:
         self.interval = interval
         self.log = log
         self.next_at = next_at  # env steps of the next evaluation
-        self.weights = SharedWeights(model)
+        self.weights = [SharedWeights(m) for m in _listed(models)]
         self.restarts = 0
         self.busy_since: float | None = None
         self.process = None
-        self.version: int | None = None  # the weights of the newest request
+        self.versions: dict[int, int] = {}  # per policy: the weights of its newest request
+        self.pending: list[int] = []  # policies still to evaluate at the current due point
+        self.asked = 0  # the policy of the newest request
         self._told: set[tuple[int, bool]] = set()  # (due point, busy) already logged
 
     def start(self) -> None:
@@ -165,47 +173,65 @@ class Evaluator:
         results_w.close()
         self.busy_since = None
 
-    def maybe_request(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
-        """Ask for an evaluation of `model` if `env_steps` reached the next one, none
-        is running and the duty cap allows it (a due one waits for both, and what it
-        waits for is logged once); whether it asked."""
-        if env_steps < self.next_at or self.process is None:
+    def maybe_request(self, models, versions, env_steps: int, policy_steps=None) -> bool:
+        """Ask for an evaluation if `env_steps` reached the next due point (then of each
+        policy in turn: `models` and `versions` list them, or are the one policy's),
+        none is running and the duty cap allows it (a due one waits for both, and what
+        it waits for is logged once); whether it asked. An evaluation is recorded at
+        `env_steps`, or at its policy's own env steps in `policy_steps`."""
+        if self.process is None or (not self.pending and env_steps < self.next_at):
             return False
         now = time.time()
         if self.busy_since is not None or now < self.not_before:
             busy = self.busy_since is not None
-            if (self.next_at, busy) not in self._told:
+            if not self.pending and (self.next_at, busy) not in self._told:
                 self._told.add((self.next_at, busy))
                 why = "the evaluation in flight" if busy else \
                     f"the duty cap ({self.max_duty:.0%} of the wall time): " \
                     f"{self.not_before - now:.0f} s"
                 self.log.info(f"evaluation due at {self.next_at:,} env steps waits for {why}")
             return False
-        if not self._send(model, version, env_steps):
+        models, versions = _listed(models), _listed(versions)
+        fresh = not self.pending
+        k = self.pending.pop(0) if self.pending else 0
+        steps = env_steps if policy_steps is None else policy_steps[k]
+        if not self._send(models[k], versions[k], steps, k):
+            if not fresh:
+                self.pending.insert(0, k)
             return False
-        passed = (env_steps - self.next_at) // self.interval
-        if passed:
-            self.log.info(f"evaluation at {env_steps:,} env steps: {passed} due point(s) of "
-                          f"--eval_interval={self.interval:,} passed while it waited")
-        self.next_at = (env_steps // self.interval + 1) * self.interval
+        if fresh:
+            passed = (env_steps - self.next_at) // self.interval
+            if passed:
+                self.log.info(f"evaluation at {env_steps:,} env steps: {passed} due point(s) "
+                              f"of --eval_interval={self.interval:,} passed while it waited")
+            self.next_at = (env_steps // self.interval + 1) * self.interval
+            self.pending = list(range(1, len(models)))
         return True
 
-    def request_final(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
-        """At the end of a run: ask for an evaluation of the final weights `version`,
-        whatever the interval and the duty cap, unless one of them was the last asked
-        for or one is still running; whether it asked."""
-        if self.process is None or self.busy_since is not None or self.version == version:
+    def request_final(self, models, versions, env_steps: int, policy_steps=None) -> bool:
+        """At the end of a run: ask for an evaluation of the final weights of the first
+        policy whose `versions` entry was not the last asked for, whatever the interval
+        and the duty cap, unless one is still running; whether it asked (call it again,
+        once that one is done, for the next policy)."""
+        if self.process is None or self.busy_since is not None:
             return False
-        return self._send(model, version, env_steps)
+        models, versions = _listed(models), _listed(versions)
+        for k, version in enumerate(versions):
+            if self.versions.get(k) != version:
+                steps = env_steps if policy_steps is None else policy_steps[k]
+                return self._send(models[k], version, steps, k)
+        return False
 
-    def _send(self, model: torch.nn.Module, version: int, env_steps: int) -> bool:
-        self.weights.publish(model, version)
+    def _send(self, model: torch.nn.Module, version: int, env_steps: int,
+              policy_id: int = 0) -> bool:
+        self.weights[policy_id].publish(model, version)
         try:
-            self.requests.send(env_steps)
+            self.requests.send((env_steps, policy_id))
         except (BrokenPipeError, OSError):
             return False  # dead: `poll` restarts it
         self.busy_since = time.time()
-        self.version = version
+        self.versions[policy_id] = version
+        self.asked = policy_id
         return True
 
     def poll(self) -> list[EvalResult]:
@@ -263,3 +289,8 @@ def wait_ready(evaluator: Evaluator, timeout: float, stop=lambda: False) -> list
         connection.wait([evaluator.results], min(1.0, max(0.0, deadline - time.time())))
         out += evaluator.poll()
     return out
+
+
+def _listed(x) -> list:
+    """One policy's model or version as a list of one; a list as it is."""
+    return list(x) if isinstance(x, (list, tuple)) else [x]

@@ -6,6 +6,8 @@ workers/messages.py, a `RolloutDone` per finished rollout with its episodes and
 the actor's time split, or an `ActorError`). `poll()` and `close()` hand the
 driver each finished rollout as a `FinishedRollout` (workers/actor_pool.py, the
 contract every pool keeps).
+With several policies (`--num_policies`=K) the pool gets an `ActorConfig` and weights
+per policy, and actor i acts for policy i mod K: its rollouts carry that policy's id.
 The learner keeps the ledger of which slots each actor holds, so when an actor
 dies (an exception, or SIGKILL) its slots are reclaimed exactly and a new actor
 takes its place with a fresh seed (`actor_seed`); after `max_restarts` deaths the run is
@@ -22,7 +24,7 @@ from multiprocessing import connection
 import torch
 
 from workers.actor import ActorConfig, run_actor
-from workers.actor_pool import ActorFailure, ActorPoolBase, FinishedRollout, actor_seed
+from workers.actor_pool import ActorFailure, ActorPoolBase, FinishedRollout, actor_seed, per_policy
 from workers.messages import ActorError, RolloutDone
 
 
@@ -49,20 +51,22 @@ def _describe_exit(code: int | None) -> str:
 
 
 class ActorPool(ActorPoolBase):
-    def __init__(self, ctx, cfg: ActorConfig, worker_count: int, slots, weights, log,
-                 max_restarts: int = 3, resumes: int = 0):
-        """`resumes`: how many times the run was resumed; actor seeds differ by it."""
+    def __init__(self, ctx, cfg: ActorConfig | list[ActorConfig], worker_count: int, slots,
+                 weights, log, max_restarts: int = 3, resumes: int = 0):
+        """`resumes`: how many times the run was resumed; actor seeds differ by it. `cfg`
+        and `weights`: the one policy's, or a list with each policy's."""
         super().__init__(log)
         self.ctx = ctx
         self.resumes = resumes
-        self.cfg = cfg
+        self.configs = per_policy(cfg)
+        self.cfg = self.configs[0]
         self.slots = slots
-        self.weights = weights
+        self.weights = per_policy(weights)
         self.max_restarts = max_restarts
         self._pending: list[FinishedRollout] = []
         self.stop_flag = torch.zeros(1, dtype=torch.uint8).share_memory_()
         # each actor keeps one rollout's slots in hand and one in reserve
-        self.target_held = 2 * cfg.envs_per_worker
+        self.target_held = 2 * self.cfg.envs_per_worker
         self.worker_count = worker_count
         self.actors: list[_Actor] = []
 
@@ -72,11 +76,12 @@ class ActorPool(ActorPoolBase):
     def _spawn(self, actor_id: int, incarnation: int) -> _Actor:
         grants_r, grants_w = self.ctx.Pipe(duplex=False)
         messages_r, messages_w = self.ctx.Pipe(duplex=False)
+        k = actor_id % len(self.configs)
         cfg = dataclasses.replace(
-            self.cfg, seed=actor_seed(self.cfg.seed, actor_id, incarnation, self.resumes))
+            self.configs[k], seed=actor_seed(self.cfg.seed, actor_id, incarnation, self.resumes))
         process = self.ctx.Process(
             target=run_actor, name=f"actor-{actor_id}", daemon=True,
-            args=(actor_id, cfg, self.slots.buffers, self.weights, grants_r, messages_w,
+            args=(actor_id, cfg, self.slots.buffers, self.weights[k], grants_r, messages_w,
                   self.stop_flag),
         )
         process.start()

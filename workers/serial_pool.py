@@ -23,25 +23,29 @@ import time
 import torch
 
 from workers.actor import ActorConfig, Roller, write_row
-from workers.actor_pool import ActorPoolBase, FinishedRollout, actor_seed
+from workers.actor_pool import ActorPoolBase, FinishedRollout, actor_seed, per_policy
 
 
 class SerialActorPool(ActorPoolBase):
-    def __init__(self, cfg: ActorConfig, worker_count: int, slots, weights, log,
-                 resumes: int = 0):
+    def __init__(self, cfg: ActorConfig | list[ActorConfig], worker_count: int, slots, weights,
+                 log, resumes: int = 0):
+        """`cfg` and `weights`: the one policy's, or each policy's (actor i acts for
+        policy i mod K)."""
         super().__init__(log)
-        self.cfg = cfg
+        self.configs = per_policy(cfg)
+        self.cfg = self.configs[0]
         self.worker_count = worker_count
         self.slots = slots
-        self.weights = weights
+        self.weights = per_policy(weights)
         self.resumes = resumes
         self.rollers: list[Roller] = []
         self.next_actor = 0  # where the next poll starts its round
 
     def start(self) -> None:
+        k = len(self.configs)
         self.rollers = [
-            Roller(dataclasses.replace(
-                self.cfg, seed=actor_seed(self.cfg.seed, i, 0, self.resumes)), self.weights)
+            Roller(dataclasses.replace(self.configs[i % k], seed=actor_seed(
+                self.cfg.seed, i, 0, self.resumes)), self.weights[i % k])
             for i in range(self.worker_count)]
 
     def poll(self, timeout: float = 0.05) -> list[FinishedRollout]:
@@ -60,7 +64,7 @@ class SerialActorPool(ActorPoolBase):
             episodes = roller.rollout(
                 lambda t, row, index=index: write_row(self.slots.buffers, t, index, row))
             self.count_seconds(roller.take_seconds())
-            out.append(FinishedRollout(tuple(taken), episodes, self.cfg.policy_id))
+            out.append(FinishedRollout(tuple(taken), episodes, roller.cfg.policy_id))
         if not out:
             time.sleep(min(timeout, 0.01))
         return out
