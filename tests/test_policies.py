@@ -31,6 +31,7 @@ from training.policies import WeightSync, policy_configs, policy_zero, run_given
 from training.run_dir import RunDir
 from training.session import population_preflight
 from workers.slots import SlotPool, rollout_spec
+from workers.weights import SharedWeights
 from wrappers.envs import env_info
 
 COUNTING = "tests.counting_env:Counting-v0"
@@ -258,9 +259,9 @@ def test_a_seeded_serial_pbt_run_repeats_bit_for_bit(tmp_path):
         results = str(tmp_path / name)
         proc = run_main("--env=CartPole-v1", "--serial", "--learner_threads=1", "--seed=5",
                         "--num_policies=2", "--worker_count=2", "--with_pbt",
-                        "--pbt_period_env_steps=2000", "--pbt_replace_fraction=0.5",
+                        "--pbt_period_env_steps=1000", "--pbt_replace_fraction=0.5",
                         "--pbt_mutation_rate=1", "--pbt_replace_reward_gap=0",
-                        "--environment_max_steps=16000", "--eval_interval=0",
+                        "--environment_max_steps=8000", "--eval_interval=0",
                         f"--results_dir={results}", timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         runs.append(run_dir(results))
@@ -313,3 +314,31 @@ def test_mixed_agents_share_one_slot_layout_with_room_for_both():
     plan, problem = population_preflight(policies, None)
     assert problem is None and "final_obs" in plan.spec  # sac's, which the ppo actors write
     assert plan.num_slots > max(make_plan(c).num_slots for c in policies)
+
+
+def test_a_republication_of_the_same_version_reaches_the_readers():
+    """Weights copied into a policy between its updates (weight sync, a PBT exploit)
+    are published under the version its actors hold: they still load them."""
+    model, reader = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    weights = SharedWeights(model)
+    weights.publish(model, 3)
+    assert weights.pull(reader, -1) == 3
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    weights.publish(model, 3)
+    assert weights.pull(reader, 3) == 3 and torch.equal(reader.weight, model.weight)
+
+
+def test_pbt_spreads_a_new_population_and_keeps_discounts_below_1(tmp_path):
+    policies = configs(env="CartPole-v1", agent="ppo", num_policies=3, worker_count=3,
+                       with_pbt=True, pbt_mutation_rate=1.0, pbt_mutate="lr,gamma",
+                       gamma=0.999)
+    info = env_info("CartPole-v1", policies[0].env_options())
+    run = types.SimpleNamespace(file=lambda name: str(tmp_path / name),
+                                log=logging.getLogger("test"))
+    pbt = PopulationBasedTraining(policies, _learners(policies, info), _Report([0.0] * 3), run)
+    for _ in range(20):
+        pbt.start()
+    assert pbt.configs[0] == policies[0]
+    assert all(c.lr != policies[0].lr and 0 < c.gamma < 1 for c in pbt.configs[1:])
+    pbt.close()

@@ -347,14 +347,15 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
 
 # Never taken from a checkpoint: they say what this invocation does.
 PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_policy", "render",
-                  "results_dir")
+                  "results_dir", "policy_index")
 
 
 # What runs saved before a flag existed had: a checkpoint that lacks the key resumes
 # with this, not with today's auto default (an old Atari run was impala, unnormalised).
 SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False,
                 "use_lstm": False, "ppo_shuffle": "rollouts",
-                "mlp_activation": "tanh", "log_std_init": 0.0, "mlp_shared_torso": False}
+                "mlp_activation": "tanh", "log_std_init": 0.0, "mlp_shared_torso": False,
+                "num_policies": 1}
 
 
 def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:

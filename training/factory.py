@@ -146,10 +146,10 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
 
 
 def policy_device(cfg: Config, policy_id: int) -> torch.device:
-    """Policy `policy_id`'s device: --device's; on CUDA with several GPUs, GPU
-    policy_id mod the GPU count (Sample Factory's placement)."""
+    """Policy `policy_id`'s device: --device's; on CUDA (no index given) with several
+    policies, GPU policy_id mod the GPU count (Sample Factory's placement)."""
     device = resolve_device(cfg.device)
-    if device.type != "cuda" or cfg.num_policies == 1:
+    if device.type != "cuda" or cfg.num_policies == 1 or device.index is not None:
         return device
     return torch.device("cuda", policy_id % torch.cuda.device_count())
 
@@ -190,10 +190,8 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
                         state=checkpoint, status_stats=learners[0].agent.STATUS)
     else:
         report = population_report(policies, learners, run, info, checkpoint)
-    pacers = [ReplayRatioPacer(report.counters if c.share_experience else
-                               report.policies[k].counters if len(policies) > 1 else
-                               report.counters, c.replay_ratio, c.learning_starts,
-                               slack=cfg.n_envs * cfg.r_f_steps * 2)
+    pacers = [ReplayRatioPacer(pacer_counters(c, k, report), c.replay_ratio, c.learning_starts,
+                               slack=cfg.n_envs // len(policies) * cfg.r_f_steps * 2)
               if c.off_policy else BatchReadyPacer() for k, c in enumerate(policies)]
     pacer = pacers[0] if len(policies) == 1 else PolicyPacers(pacers)
     for k, learner in enumerate(learners):
@@ -223,6 +221,14 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
                       evaluator=evaluator, shared=shared)
     return GroupDriver(cfg, info, learners, slots, actors, report, GroupPacer(group),
                        observers, evaluator=evaluator, group=group)
+
+
+def pacer_counters(cfg: Config, policy_id: int, report):
+    """The env steps an off-policy policy's replay ratio counts: the run's where it
+    samples the shared replay (every policy's rollouts), else its own."""
+    shared = cfg.share_experience and any(e.type == "standard" for e in cfg.replay_specs)
+    return report.counters if shared or cfg.num_policies == 1 else \
+        report.policies[policy_id].counters
 
 
 def population_report(policies: list[Config], learners: list[PolicyLearner], run: RunDir,
@@ -277,7 +283,10 @@ def make_observers(cfg: Config, policies: list[Config], learners: list[PolicyLea
     if cfg.with_pbt:
         from training.pbt import PopulationBasedTraining
 
-        observers.append(PopulationBasedTraining(policies, learners, report, run))
+        pbt = PopulationBasedTraining(policies, learners, report, run)
+        if checkpoint is None:
+            pbt.start()
+        observers.append(pbt)
     for o in observers:
         state = None if checkpoint is None else checkpoint.get(f"observer_{type(o).__name__}")
         if state is not None:

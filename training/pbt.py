@@ -16,7 +16,12 @@ it (between updates, in the driver's thread):
   `--pbt_perturb_max`], or, once in a hundred, set back to its initial value
   (policy 0's) if it moved.
 
-Where it differs from Sample Factory: policy 0 is never mutated and keeps its own
+At the start of a new run every policy but policy 0 perturbs its hyperparameters
+once, as Sample Factory does, so that the population starts spread.
+
+Where it differs from Sample Factory: PBT looks from the first period on (Sample
+Factory waits `--pbt_start_mutation`, 20M env steps by default; here a first
+period of `--pbt_period_env_steps` does the same job); policy 0 is never mutated and keeps its own
 hyperparameters even when it copies a better policy's weights (Sample Factory gives it
 the better one's), so it stays a reference; a learning rate moves its schedule's end
 value by the same factor (the schedule keeps its shape); the random draws come from
@@ -38,7 +43,7 @@ import random
 from agents.registry import AGENTS
 from training.config import Config
 from training.observers import Observer
-from training.policies import mutated
+from training.policies import DISCOUNTS, MUTABLE, mutated
 from training.run_dir import RunDir, cut_csv
 
 EPS = 1e-6  # Sample Factory's, in the relative gap's denominator
@@ -122,14 +127,38 @@ class PopulationBasedTraining(Observer):
         self.learners[k].publish()
 
     def _perturb(self, name: str, value: float) -> float:
-        """Sample Factory's perturbation of one float hyperparameter."""
+        """Sample Factory's perturbation of one float hyperparameter (a discount's
+        1 - x by a factor in [1.01, 1.2], as its perturb_exponential_decay), kept in
+        the hyperparameter's range (`training.policies.MUTABLE`)."""
         if self.rng.random() > self.cfg.pbt_mutation_rate:
             return value
         initial = getattr(self.configs[0], name)  # policy 0 is never mutated
         if value != initial and self.rng.random() < RESET_CHANCE:
             return initial
-        factor = self.rng.uniform(self.cfg.pbt_perturb_min, self.cfg.pbt_perturb_max)
-        return value / factor if self.rng.random() < 0.5 else value * factor
+        if name in DISCOUNTS:
+            factor = self.rng.uniform(1.01, 1.2)
+            rest = 1.0 - value
+            new = 1.0 - (rest / factor if self.rng.random() < 0.5 else rest * factor)
+        else:
+            factor = self.rng.uniform(self.cfg.pbt_perturb_min, self.cfg.pbt_perturb_max)
+            new = value / factor if self.rng.random() < 0.5 else value * factor
+        low, high = MUTABLE[name]
+        return min(max(new, low), high)
+
+    def start(self) -> None:
+        """At the start of a new run (not a resume): as Sample Factory, every policy
+        but policy 0 perturbs its hyperparameters once, so the population starts
+        spread (rows "initial" of pbt.csv)."""
+        obj = [math.nan] * len(self.configs)
+        for k in range(1, len(self.configs)):
+            values = {}
+            for name in self.names:
+                old = getattr(self.configs[k], name)
+                values[name] = self._perturb(name, old)
+                if values[name] != old:
+                    self._row("initial", k, k, name, old, values[name], obj)
+            self._apply(k, values)
+            self.learners[k].publish()
 
     def _apply(self, k: int, values: dict[str, float]) -> None:
         """Make `values` policy k's hyperparameters (a learning rate moves the end value
@@ -155,7 +184,7 @@ class PopulationBasedTraining(Observer):
             "policy_env_steps": self.report.policies[k].counters.env_steps, "event": event,
             "policy": k, "source": source, "param": name,
             "old": f"{old:.6g}" if name else "", "new": f"{new:.6g}" if name else "",
-            "objective": f"{obj[k]:.6g}", "source_objective": f"{obj[source]:.6g}"})
+            "objective": _number(obj[k]), "source_objective": _number(obj[source])})
         self._file.flush()
         self.rows += 1
 
@@ -178,3 +207,8 @@ class PopulationBasedTraining(Observer):
     def close(self) -> None:
         if self._file is not None:
             self._file.close()
+
+
+def _number(x: float) -> str:
+    """A pbt.csv figure: empty where unknown (NaN)."""
+    return "" if math.isnan(x) else f"{x:.6g}"

@@ -8,8 +8,9 @@ the files) of the run:
 
     configs, errors = policy_configs(values, explicit, run_cfg, saved)
 
-A resumed run rebuilds them from the command line, each policy's saved flags (its part
-of the checkpoint) and the overrides, in that priority (`training.config.merge_saved`).
+A resumed run rebuilds them from each policy's saved flags (its part of the
+checkpoint), the command line over them (`training.config.merge_saved`), and the
+policy's overrides over both.
 Everything here runs before anything is written: each problem names its flag.
 """
 
@@ -33,6 +34,14 @@ RUN_LEVEL = frozenset(
        "checkpoint_replay"})
 # what a policy's seed adds per policy index (its agent's own random streams differ)
 SEED_STRIDE = 7_919
+# the hyperparameters `--pbt_mutate` may name, and the range a perturbed value is kept
+# in; the discounts move through 1 - x (training/pbt.py)
+MUTABLE = {"lr": (0.0, math.inf), "q_lr": (0.0, math.inf),
+           "entropy_loss_weight": (0.0, math.inf), "value_loss_weight": (0.0, math.inf),
+           "ppo_clip": (1e-3, 1.0), "ppo_value_clip": (0.0, math.inf),
+           "gradient_clip_by_norm_threshold": (0.0, math.inf), "alpha": (0.0, math.inf),
+           "tau": (1e-6, 1.0), "gamma": (1e-6, 1.0 - 1e-6), "gae_lambda": (1e-6, 1.0 - 1e-6)}
+DISCOUNTS = ("gamma", "gae_lambda")
 
 
 def parse_overrides(text: str | None, count: int) -> tuple[list[dict], list[str]]:
@@ -237,10 +246,10 @@ def _pbt_problems(configs: list[Config]) -> list[str]:
                           f"--{name} cannot differ between policies (got "
                           f"{sorted(map(str, values))})")
     for name in mutated(run):
-        spec = SPECS_BY_NAME.get(name)
         readers = flag_readers().get(name)
-        if spec is None or spec.kind != "float" or name in RUN_LEVEL:
-            errors.append(f"--pbt_mutate: {name!r} is no float flag of a policy")
+        if name not in MUTABLE:
+            errors.append(f"--pbt_mutate: {name!r} is not one of the hyperparameters PBT "
+                          f"perturbs: {', '.join(MUTABLE)}")
         elif readers is not None and run.agent not in readers:
             errors.append(f"--pbt_mutate: {run.agent} does not read --{name}")
     if not 0 < run.pbt_replace_fraction <= 0.5:

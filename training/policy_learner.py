@@ -3,8 +3,9 @@ its weights to the actors, its update count, and its part of a checkpoint.
 
 The driver (training/driver.py) routes each finished rollout to the learner of its
 `policy_id`, asks its pacer when to train, and passes the run's progress (the
-learning-rate schedules' 0 to 1). Today a run has one policy (id 0); several
-policies are several learners on the same actors.
+learning-rate schedules' 0 to 1). A run has one policy (id 0) unless
+--num_policies: several policies are several learners on the same actors
+(training/policies.py).
 """
 
 from __future__ import annotations

@@ -251,6 +251,10 @@ class PopulationReport:
     def max_env_steps(self) -> int:
         return self.run.max_env_steps
 
+    @property
+    def first_rollout_at(self) -> tuple[float, int] | None:
+        return self.run.first_rollout_at
+
     @max_env_steps.setter
     def max_env_steps(self, value: int) -> None:
         self.run.max_env_steps = value

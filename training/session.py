@@ -47,12 +47,14 @@ def _changed(name: str, saved) -> str:
             f"change; leave it out or pass --{name}={saved}")
 
 
-def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
-    """Why the checkpoint's model cannot be loaded into the model of `cfg`'s flags
-    (`agents.networks.ARCHITECTURE_FLAGS`), or None. A flag that changed is named;
-    anything else that makes the weights not fit (a missing or reshaped tensor) is
-    caught by comparing them with a model built from the flags."""
-    info, saved = checkpoint["env_info"], {**SAVED_BEFORE, **checkpoint["config"]}
+def architecture_problem(cfg: Config, checkpoint: dict, policy_id: int = 0) -> str | None:
+    """Why the checkpoint's model of policy `policy_id` cannot be loaded into the model
+    of `cfg`'s flags (`agents.networks.ARCHITECTURE_FLAGS`), or None. A flag that
+    changed is named; anything else that makes the weights not fit (a missing or
+    reshaped tensor) is caught by comparing them with a model built from the flags."""
+    part = checkpoint["policies"][policy_id]
+    info = checkpoint["env_info"]
+    saved = {**SAVED_BEFORE, **part.get("config", checkpoint["config"])}
     theirs = model_spec(info, saved)
     mine = dataclasses.replace(theirs, **{name: getattr(cfg, name)
                                           for name in ARCHITECTURE_FLAGS})
@@ -60,7 +62,7 @@ def architecture_problem(cfg: Config, checkpoint: dict) -> str | None:
         if getattr(mine, name) != getattr(theirs, name):
             return _changed(name, saved.get(name))
     expected = {k: tuple(v.shape) for k, v in mine.build().state_dict().items()}
-    found = {k: tuple(v.shape) for k, v in acting_weights(checkpoint).items()}
+    found = {k: tuple(v.shape) for k, v in acting_weights(checkpoint, policy_id).items()}
     if expected != found:
         odd = sorted(set(expected.items()) ^ set(found.items()))[:3]
         return (f"--load_model_url: the checkpoint's model does not fit the one these flags "
@@ -94,16 +96,17 @@ def preflight(cfg: Config, checkpoint: dict | None, policies: list[Config] | Non
     """(the run plan, None) if the run can start, else (None, the message of why not).
     A test needs no plan: it runs no actors and no replays. `policies`: each policy's
     config (--num_policies > 1)."""
-    if policies is not None and len(policies) > 1:
-        return population_preflight(policies, checkpoint)
     if checkpoint is not None:
         for name in FIXED if cfg.op_mode == "train_w_load" else FIXED[:2]:
             saved = checkpoint["config"].get(name, SAVED_BEFORE.get(name))
             if saved != getattr(cfg, name):
                 return None, _changed(name, saved)
-        problem = architecture_problem(cfg, checkpoint)
-        if problem:
-            return None, problem
+        for k, c in enumerate(policies or [cfg]):
+            problem = architecture_problem(c, checkpoint, k)
+            if problem:
+                return None, problem if k == 0 else f"policy {k}: {problem}"
+    if policies is not None and len(policies) > 1:
+        return population_preflight(policies, checkpoint)
     if cfg.op_mode == "test":
         return None, None
     if cfg.learner_count == 1:
@@ -129,10 +132,10 @@ def population_preflight(policies: list[Config], checkpoint: dict | None
     cfg = policies[0]
     saved = None if checkpoint is None else checkpoint["policies"]
     for k, c in enumerate(policies):
-        if saved is not None and k < len(saved):
-            before = saved[k].get("config", {}).get("agent", c.agent)
-            if before != c.agent:
-                return None, f"--policy_overrides: policy {k}: {_changed('agent', before)}"
+        for name in FIXED if saved is not None and k < len(saved) else ():
+            before = saved[k].get("config", {}).get(name, getattr(c, name))
+            if before != getattr(c, name):
+                return None, f"--policy_overrides: policy {k}: {_changed(name, before)}"
     info = env_info(cfg.env, cfg.env_options())
     union = {"off_policy": any(c.off_policy for c in policies),
              "store_features": any(c.store_features for c in policies)}

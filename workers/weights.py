@@ -5,8 +5,11 @@ and return normalisation, `agents/normalize.py`) into one flat float32 tensor in
 shared memory; an actor that sees a newer version copies them into its CPU model,
 so it acts on the statistics the learner trains with. No pickling
 and no lock: a seqlock. The single writer makes the sequence number odd while it
-writes and even (2 x version) when done; a reader retries if the number was odd
-or changed during its copy. An actor killed mid-copy therefore blocks nobody.
+writes and even (2 x the publication count) when done; a reader retries if the
+number was odd or changed during its copy. An actor killed mid-copy therefore
+blocks nobody. Every publication is new to a reader, even one of a version it
+holds: weights copied into a policy between its updates (`--weight_sync`, a PBT
+exploit) reach its actors at once, under the version they already had.
 """
 
 from __future__ import annotations
@@ -43,8 +46,11 @@ class SharedWeights:
     def __init__(self, model: nn.Module, lag: int = 0):
         self.flat = flatten(model).share_memory_()
         self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.lag = lag
         self._held: list[tuple[int, torch.Tensor]] = []  # the last lag + 1 publications
+        self._published = 0  # the writer's publications so far
+        self._seen: dict[int, int] = {}  # per reader model (its id): the publication it holds
 
     def publish(self, model: nn.Module, version: int) -> None:
         """Learner side (the only writer)."""
@@ -52,22 +58,30 @@ class SharedWeights:
         if self.lag:
             self._held = [*self._held[-self.lag:], (version, vec)]
             version, vec = self._held[0]
-        self.seq[0] = 2 * version + 1
+        self._published += 1
+        self.seq[0] = 2 * self._published + 1
         self.flat.copy_(vec)
-        self.seq[0] = 2 * version
+        self.version[0] = version
+        self.seq[0] = 2 * self._published
 
     def pull(self, model: nn.Module, have_version: int, tries: int = 100) -> int:
-        """Load the published weights into `model` if newer; the version now held."""
+        """Load the published weights into `model` unless it holds them already (the
+        newest publication it loaded; before any publication, the weights it was
+        built from count as version 0); the version now held
+        (`have_version`, the one it holds, where nothing was loaded)."""
         buf = torch.empty_like(self.flat)
+        seen = self._seen.get(id(model), -1)
         for _ in range(tries):
             s1 = int(self.seq[0])
             if s1 % 2:  # being written
                 time.sleep(0.0005)
                 continue
-            if s1 // 2 <= have_version:
+            if s1 // 2 <= seen:
                 return have_version
             buf.copy_(self.flat)
+            version = int(self.version[0])
             if int(self.seq[0]) == s1:
                 unflatten(buf, model)
-                return s1 // 2
+                self._seen[id(model)] = s1 // 2
+                return version
         return have_version  # the learner kept writing; try at the next rollout
