@@ -247,8 +247,8 @@ class Driver:
     def _run_parts(self) -> dict:
         """What a checkpoint holds besides the policies: the shared replay and the
         observers' state (PBT's), where there are."""
-        parts = {f"observer_{type(o).__name__}": o.state_dict() for o in self.observers
-                 if o.state_dict() is not None}
+        states = {f"observer_{type(o).__name__}": o.state_dict() for o in self.observers}
+        parts = {name: state for name, state in states.items() if state is not None}
         if self.shared is not None:
             parts["shared_replay"] = self.shared.state_dict(self.cfg.checkpoint_replay)
         return parts

@@ -230,9 +230,10 @@ def parse_weight_sync(text: str | None, count: int) -> tuple[WeightSync | None, 
                                            rename)), errors
 
 
-# the flags of the architecture (agents.networks.ARCHITECTURE_FLAGS) and the agent:
-# PBT copies whole agents between policies, so they must not differ
 def _pbt_problems(configs: list[Config]) -> list[str]:
+    """What --with_pbt cannot run with: PBT copies whole agents between policies, so the
+    agent, the optimizer and the architecture (agents.networks.ARCHITECTURE_FLAGS) must
+    not differ; and its own flags' ranges."""
     from agents.networks import ARCHITECTURE_FLAGS
 
     run = configs[0]

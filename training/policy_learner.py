@@ -82,10 +82,6 @@ class PolicyLearner:
         return stats, lag
 
     # --- reporting, checkpoints, stopping ----------------------------------------------
-    def replay_dropped(self) -> list[int]:
-        """Per replay: rollouts its frame pool had no room for, so far."""
-        return [int(r.stats().get("dropped", 0)) for r in self.mixer.replays]
-
     def state_dict(self, include_replay_data: bool) -> dict:
         """This policy's part of a checkpoint (training/checkpoint.py); with
         "acting_model" where the agent acts with a part of its model (test mode and

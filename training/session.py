@@ -35,6 +35,7 @@ from training.policies import parse_weight_sync
 from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.actor_pool import ActorFailure
+from workers.slots import spec_bytes
 from wrappers.envs import EnvInfo, env_info
 
 # Settings a resumed (all) or tested (the first two) agent must share with its
@@ -162,7 +163,7 @@ def population_preflight(policies: list[Config], checkpoint: dict | None
     ahead = sum(p.num_slots - cfg.n_envs for p in plans)
     plan = dataclasses.replace(
         plans[0], num_slots=cfg.n_envs + ahead,
-        slot_bytes=plans[0].slot_bytes // plans[0].num_slots * (cfg.n_envs + ahead),
+        slot_bytes=spec_bytes(plans[0].spec) * (cfg.n_envs + ahead),
         replay_bytes=tuple(b for p in plans for b in p.replay_bytes))
     problem = check_memory(plan)
     return (None, problem) if problem else (plan, None)

@@ -48,8 +48,8 @@ def actor_seed(seed: int, actor_id: int, incarnation: int, resumes: int) -> int:
 
 
 def per_policy(x) -> list:
-    """A pool's per-policy argument (an `ActorConfig`, weights) as a list: one policy's
-    as a list of one."""
+    """A per-policy argument (an `ActorConfig`, weights, a model, a version) as a list:
+    one policy's as a list of one."""
     return list(x) if isinstance(x, (list, tuple)) else [x]
 
 

@@ -39,6 +39,7 @@ import torch
 
 from agents.networks import ModelSpec, step_model
 from workers.actor import die_with_parent
+from workers.actor_pool import per_policy
 from workers.weights import SharedWeights
 from wrappers.envs import EnvOptions, make_batched_env
 from wrappers.video import VideoSink
@@ -153,7 +154,7 @@ class Evaluator:
         self.interval = interval
         self.log = log
         self.next_at = next_at  # env steps of the next evaluation
-        self.weights = [SharedWeights(m) for m in _listed(models)]
+        self.weights = [SharedWeights(m) for m in per_policy(models)]
         self.restarts = 0
         self.busy_since: float | None = None
         self.process = None
@@ -191,7 +192,7 @@ class Evaluator:
                     f"{self.not_before - now:.0f} s"
                 self.log.info(f"evaluation due at {self.next_at:,} env steps waits for {why}")
             return False
-        models, versions = _listed(models), _listed(versions)
+        models, versions = per_policy(models), per_policy(versions)
         fresh = not self.pending
         k = self.pending.pop(0) if self.pending else 0
         steps = env_steps if policy_steps is None else policy_steps[k]
@@ -215,7 +216,7 @@ class Evaluator:
         once that one is done, for the next policy)."""
         if self.process is None or self.busy_since is not None:
             return False
-        models, versions = _listed(models), _listed(versions)
+        models, versions = per_policy(models), per_policy(versions)
         for k, version in enumerate(versions):
             if self.versions.get(k) != version:
                 steps = env_steps if policy_steps is None else policy_steps[k]
@@ -289,8 +290,3 @@ def wait_ready(evaluator: Evaluator, timeout: float, stop=lambda: False) -> list
         connection.wait([evaluator.results], min(1.0, max(0.0, deadline - time.time())))
         out += evaluator.poll()
     return out
-
-
-def _listed(x) -> list:
-    """One policy's model or version as a list of one; a list as it is."""
-    return list(x) if isinstance(x, (list, tuple)) else [x]
