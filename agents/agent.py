@@ -121,6 +121,10 @@ class Agent:
         self.target_networks: dict[str, nn.Module] = {}
         self.group: Group = ALONE  # the learners this one trains with (a lone one by default)
         self._observed: RunningMeanStd | None = None  # a rank's inputs since the last update
+        # --precision (agents/precision.py): the dtype `train` runs under autocast in
+        # (None: float32), and the sentence saying why
+        self.autocast: torch.dtype | None = None
+        self.precision_reason = "precision fp32"
         self.add_optimizer("main", self.model.parameters() if main_params is None
                            else main_params, optim)
 
@@ -202,7 +206,8 @@ class Agent:
         main optimizer's) and step_over_lr, the RMS change of the main optimizer's
         parameters (the model's; an off-policy agent's actor's) in the whole update,
         over lr: about 1 per normalised RMSProp/Adam step, far below 1 where eps
-        dominates the denominator."""
+        dominates the denominator. `train` runs under autocast in `self.autocast` if
+        set (--precision=bf16)."""
         batch = {k: batch[k].to(self.device, non_blocking=True)
                  for k in LOSS_FIELDS if k in batch}
         if self.group.size > 1 and self.normalizes_inputs:
@@ -213,7 +218,9 @@ class Agent:
         lr = self.schedules["main"].lr_at(progress)
         main = _params(self.optimizers["main"])
         before = parameters_to_vector(main).detach().clone()
-        stats = self.train(batch)
+        with torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16,
+                            enabled=self.autocast is not None):
+            stats = self.train(batch)
         change = parameters_to_vector(main).detach() - before
         step_over_lr = float(change.pow(2).mean().sqrt()) / lr if lr > 0 else 0.0
         stats.update(lr=lr, step_over_lr=step_over_lr)

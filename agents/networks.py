@@ -141,7 +141,8 @@ class ActorCritic(nn.Module):
     def forward_with_hidden(self, obs: torch.Tensor, state: State, done: torch.Tensor,
                             prepared: bool = False
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, State]:
-        """(params [T, B, P], value [T, B], hidden [T, B, H], new state), one pass."""
+        """(params [T, B, P], value [T, B], hidden [T, B, H], new state), one pass;
+        float32 even where autocast ran the layers in bf16 (--precision=bf16)."""
         t, b = obs.shape[:2]
         x = obs.reshape(t * b, *obs.shape[2:])
         if not prepared:
@@ -152,7 +153,9 @@ class ActorCritic(nn.Module):
         else:
             h, state = self.core(h.view(t, b, h.shape[-1]), state, done)
             h = v = h.reshape(t * b, h.shape[-1])
-        logits, value = self._policy_params(h), self._value(self.baseline(v))
+        # float32 out, whatever autocast computed them in (--precision=bf16)
+        logits, value = self._policy_params(h).float(), self._value(self.baseline(v).float())
+        h, state = h.float(), tuple(s.float() for s in state)
         # explicit widths: B may be 0 (a data-parallel rank's empty share of a minibatch)
         return (logits.view(t, b, logits.shape[-1]), value.view(t, b),
                 h.view(t, b, h.shape[-1]), state)

@@ -142,12 +142,11 @@ def inference_fps(cfg: Config, info, seconds: float) -> float:
     return sum(s / t for s, t in results) * info.frames_per_step
 
 
-def learner_alone_fps(cfg: Config, info, updates: int) -> float:
-    """The training step alone on synthetic batches, with the learner's threads, frames/s."""
+def synthetic_batch(cfg: Config, info, device) -> dict:
+    """A batch [T+1, B, ...] of random observations, actions and rewards for `cfg`'s
+    model on `info`'s env, on `device` (what the learner's step is timed on)."""
     import torch
 
-    torch.set_num_threads(cfg.learner_threads)
-    agent = make_agent(cfg, info)
     t1, b = cfg.r_f_steps + 1, cfg.batch_size
     obs = torch.randint(0, 255, (t1, b, *info.obs_shape), dtype=torch.uint8) \
         if info.obs_dtype == "uint8" else torch.randn(t1, b, *info.obs_shape)
@@ -162,7 +161,17 @@ def learner_alone_fps(cfg: Config, info, updates: int) -> float:
     state_shape = cfg.model_spec(info).state_shape
     if state_shape:
         batch["core_state"] = torch.zeros(t1, b, *state_shape)
-    batch = {k: v.to(agent.device) for k, v in batch.items()}
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def learner_alone_fps(cfg: Config, info, updates: int) -> float:
+    """The training step alone on synthetic batches, with the learner's threads, frames/s."""
+    import torch
+
+    torch.set_num_threads(cfg.learner_threads)
+    agent = make_agent(cfg, info)
+    b = cfg.batch_size
+    batch = synthetic_batch(cfg, info, agent.device)
 
     def sync():
         if agent.device.type == "cuda":

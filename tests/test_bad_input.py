@@ -49,6 +49,8 @@ CORPUS = [
     (["--serial", "--serial_policy_lag=-1"], "--serial_policy_lag"),
     (["--queued_batches=0"], "--queued_batches"), (["--mlp_activation=gelu"], "mlp_activation"),
     (["--normalize_input=sometimes"], "--normalize_input"),
+    (["--precision=fp16"], "precision"),
+    (["--env=Pendulum-v1", "--agent=sac", "--precision=bf16"], "--precision"),
     # unknown flags and stray arguments
     (["--no_such_flag=3"], "no_such_flag"), (["extra"], "unexpected arguments"),
     (["--replay_parameters=not", "json"], "--replay_parameters"),

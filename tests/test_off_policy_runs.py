@@ -102,6 +102,7 @@ def test_checkpoint_with_the_replay_resume_and_test_mode(results):
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     log = open(os.path.join(path, "run.log")).read()
     assert "continues saved entry 0, with its rollouts" in log
+    assert "precision fp32 (the off-policy agents train in float32)" in log
     rows = learner_rows(path)
     assert int(rows[-1]["updates"]) > updates
     # the replay came back whole: no refill, so the learner trained from the first

@@ -104,6 +104,7 @@ def test_changed_replay_parameters_resume_with_empty_or_kept_replays(tmp_path, n
     resumed = learner_for(cfg, tmp_path / "b", checkpoint)
     assert [len(r) for r in resumed.learners[0].mixer.replays] == kept
     log = open(glob.glob(str(tmp_path / "b" / "*" / "run.log"))[0]).read()
+    assert "precision fp32 (--precision=auto: " in log  # and why (agents/precision.py)
     for i, n in enumerate(kept):
         line = next(ln for ln in log.splitlines() if f"resume: replay {i} " in ln)
         assert ("starts empty" in line) == (n == 0 and cfg.replay_specs[i].type != "queue"), line

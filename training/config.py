@@ -253,6 +253,9 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
             ("caching", "--caching prepares batches in a thread, which --serial's fixed "
                         "order excludes")) if v.get(name) not in (None, False, "local")]
     errors += _learner_problems(v)
+    if v.get("precision") == "bf16" and off_policy(v["agent"]):
+        errors.append(f"--precision: {v['agent']} trains in float32 only (small MLPs, nothing "
+                      "for bf16 to speed up); leave the flag out or pass fp32")
     if v["num_policies"] < 1:
         errors.append(f"--num_policies: must be >= 1, got {v['num_policies']}")
     elif v["num_policies"] == 1:

@@ -20,6 +20,7 @@ import torch.multiprocessing as mp
 from agents.agent import Agent
 from agents.group import ALONE, Group
 from agents.networks import ModelSpec, policy_features
+from agents.precision import choose_precision
 from agents.registry import AGENTS
 from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
@@ -54,7 +55,10 @@ def make_agent(cfg: Config, info: EnvInfo, device: torch.device | None = None) -
     model = entry.build_model(cfg.model_spec(info))
     if getattr(model, "log_std", None) is not None:  # the actors get it with the first weights
         torch.nn.init.constant_(model.log_std, cfg.log_std_init)
-    return entry.cls.from_config(model, cfg, device or resolve_device(cfg.device))
+    agent = entry.cls.from_config(model, cfg, device or resolve_device(cfg.device))
+    agent.autocast, agent.precision_reason = choose_precision(
+        cfg.precision, agent.device, cfg.off_policy)
+    return agent
 
 
 def actor_config(cfg: Config, info: EnvInfo, policy: type = ModelPolicy,
@@ -103,6 +107,9 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
     info = plan.info
     device = rank_device(cfg, group.rank) if group.size > 1 else policy_device(cfg, policy_id)
     agent = make_agent(cfg, info, device)
+    if group.rank == 0:
+        run.log.info(agent.precision_reason if cfg.num_policies == 1 else
+                     f"policy {policy_id}: {agent.precision_reason}")
     saved = None if checkpoint is None else checkpoint["policies"][policy_id]
     if saved is not None:
         agent.load_state_dict(saved["agent"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from agents.precision import PRECISIONS
 from agents.registry import AGENTS, agents_help
 from replay.presets import PRESETS
 
@@ -99,6 +100,12 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _int("seed", 0, "Seed of the learner and (offset per actor) the actors."),
         _enum("device", "auto", ("auto", "cpu", "cuda"),
               "Learner device; auto picks cuda when available. Actors always run on CPU."),
+        _enum("precision", "auto", PRECISIONS,
+              "The learner's compute dtype: bf16 runs its convolutions and matrix products "
+              "in bfloat16 (autocast; weights, log-probabilities, ratios, advantages and "
+              "losses stay float32), fp32 none; auto: fp32 today (the log says why). For "
+              "the actor-critic agents; sac, td3 and ddpg train in fp32 (docs: "
+              "design-notes.md, Precision)."),
         _str("load_model_url", None,
              "Run directory or checkpoint file to resume (train_w_load) or test."),
         _int("test_episode_count", 10, "Games to play in --op_mode=test."),
