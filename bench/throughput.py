@@ -1,7 +1,7 @@
 """Throughput of the pipeline against its parts, in one run, as JSON.
 
     python -m bench.throughput [--env=PongNoFrameskip-v4] [--steps=40000] [--repeats=1]
-                               [--backend=ray] [--use_lstm]
+                               [--backend=ray] [--use_lstm] [--precision=bf16]
 
 Measured on the same env with the same worker_count x envs_per_worker, each
 using the whole machine, all in frames/s (env steps x frameskip):
@@ -261,6 +261,8 @@ def main() -> None:
                     help="K > 1: also train_fps_policies, K policies on the same actors")
     ap.add_argument("--only_train", action="store_true",
                     help="measure train_fps (and train_fps_policies) alone")
+    ap.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                    help="main.py's --precision for every measurement")
     ap.add_argument("--backend", choices=("local", "ray"), default="local",
                     help="ray: also pipeline_fps_ray and train_fps_ray, actors on a local "
                          "Ray instance, and their ratios to the local figures")
@@ -274,6 +276,7 @@ def main() -> None:
         save_model_period=10**9,
         status_interval=1e9,
         use_lstm=args.use_lstm,
+        precision=args.precision,
     )
     cfg, errors = make_config(values)
     cfg_impala, errors_impala = make_config({**values, "agent": "impala"})
@@ -327,7 +330,8 @@ def main() -> None:
               for k in runs[0]}
     if args.only_train:
         print(json.dumps({**result, "env": cfg.env, "agent": cfg.agent,
-                          "num_policies": args.num_policies, "worker_count": cfg.worker_count,
+                          "num_policies": args.num_policies, "precision": args.precision,
+                          "worker_count": cfg.worker_count,
                           "envs_per_worker": cfg.envs_per_worker, "repeats": args.repeats,
                           "runs": runs, "cpu_count": os.cpu_count()}, indent=2))
         return
