@@ -38,12 +38,12 @@ def test_the_same_seed_repeats_bit_for_bit(tmp_path):
              "--environment_max_steps=2400")
     for k in ("a", "b"):
         _run(str(tmp_path / k), 7, *flags)
-    _run(str(tmp_path / "c"), 8, *flags)
+    _run(str(tmp_path / "c"), 8, *flags, "--environment_max_steps=800")  # a shorter one
     for name, rows in (("learner.csv", 10), ("episodes.csv", 10), ("eval.csv", 2)):
         a, b, c = (_rows(str(tmp_path / k), name) for k in "abc")
-        assert len(a) > rows
+        assert len(a) > rows and c
         assert a == b, f"{name} differs between two runs with --seed=7"
-        assert a != c, f"{name} is the same with --seed=8"
+        assert a[:len(c)] != c, f"{name} starts the same with --seed=8"
 
 
 def test_sac_repeats_bit_for_bit(tmp_path):
