@@ -7,10 +7,11 @@
   features, state) come back as float32 (`ActorCritic.forward_with_hidden`), so the
   log-probabilities, ratios, advantages, V-trace and the losses are float32. The
   actors and the evaluator act in float32 whatever the learner uses.
-- auto: float32 for now everywhere (see `AUTO`): bf16 is faster only where the device
-  has it natively (CPUs with AVX512-BF16 or AMX, CUDA GPUs from Ampere on), and it
-  becomes auto's choice there once Pong's frames to 18 with bf16 are shown to stay
-  within the seeds' spread (docs/design-notes.md, Precision).
+- auto: float32 everywhere. bf16 is faster only where the device has it natively
+  (CPUs with AVX512-BF16 or AMX, CUDA GPUs from Ampere on), and there it was to become
+  auto's choice once Pong's frames to 18 with bf16 stayed within the seeds' spread:
+  they did not (docs/design-notes.md, The learner's compute: Pong's seed 0 reached a
+  mean-100 of 0 at 1.55M frames in float32, at 2.29M in bf16).
 
 The off-policy agents (sac, td3, ddpg: small MLPs on vectors, nothing for bf16 to
 speed up) train in float32 only.
@@ -21,10 +22,6 @@ from __future__ import annotations
 import torch
 
 PRECISIONS = ("auto", "fp32", "bf16")
-
-# what auto picks on hardware with native bf16 (fp32 until the Pong check says bf16)
-AUTO = "fp32"
-
 
 def native_bf16(device: torch.device) -> str | None:
     """Why `device` computes in bf16 natively, or None where it does not (PyTorch then
@@ -56,7 +53,5 @@ def choose_precision(requested: str, device: torch.device, off_policy: bool
         return torch.bfloat16, f"precision bf16 (--precision=bf16; {how})"
     if native is None:
         return None, f"precision fp32 (--precision=auto: no native bf16 on this {device.type})"
-    if AUTO == "bf16":
-        return torch.bfloat16, f"precision bf16 (--precision=auto: {native})"
-    return None, (f"precision fp32 (--precision=auto: {native}, but bf16 is not yet "
-                  "auto's choice; --precision=bf16 uses it)")
+    return None, (f"precision fp32 (--precision=auto: {native}, but bf16 slowed Pong's "
+                  "learning per frame; --precision=bf16 uses it)")
