@@ -40,8 +40,8 @@ VARIANTS = ("fp32", "bf16", "compile", "compile_bf16")
 
 
 def variant_agent(values: dict, info, variant: str):
-    """The agent of `variant` (see the module docstring), and its first two updates'
-    seconds (warm-up, compilation for the compiled ones)."""
+    """(the agent of `variant` (see the module docstring), its synthetic batch, the
+    seconds of its first two updates: warm-up, and compilation for the compiled ones)."""
     cfg, errors = make_config({**values, "precision": "bf16" if "bf16" in variant else "fp32"})
     assert not errors, errors
     torch.manual_seed(cfg.seed)
