@@ -1,9 +1,11 @@
 """The learner's step alone under each compute variant, as JSON: seconds per
 `Agent.update` of the default agent (or --agent) on a synthetic batch of --env's
-shapes (`bench.throughput.synthetic_batch`), with --threads torch threads.
+shapes (`bench.throughput.synthetic_batch`), with --threads torch threads, on
+--device (cpu; cuda:0 on a GPU machine, timed after a synchronize).
 
     python -m bench.learner_step [--env=PongNoFrameskip-v4] [--agent=ppo] [--repeats=5]
                                  [--updates=3] [--variants=fp32,bf16,compile,compile_bf16]
+                                 [--device=cpu]
 
 Variants: fp32; bf16 (--precision=bf16: autocast); compile (the model's torso,
 `_features` and `_value_features`, through `torch.compile`: inductor, the default
@@ -54,7 +56,14 @@ def variant_agent(values: dict, info, variant: str):
     t0 = time.perf_counter()
     for _ in range(2):
         agent.update(batch, 0.0)
+    synchronize(agent.device)
     return agent, batch, time.perf_counter() - t0
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for `device`'s queued kernels (a no-op on the CPU), so that timings are whole."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def main() -> None:
@@ -65,12 +74,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--updates", type=int, default=3, help="updates per variant per repeat")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda:0")
     args = ap.parse_args()
     variants = args.variants.split(",")
     if unknown := sorted(set(variants) - set(VARIANTS)):
         ap.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
     torch.set_num_threads(args.threads)
-    values = {**default_values(), "env": args.env, "agent": args.agent, "device": "cpu"}
+    values = {**default_values(), "env": args.env, "agent": args.agent, "device": args.device}
     cfg, errors = make_config(values)
     assert not errors, errors
     info = env_info(cfg.env, cfg.env_options())
@@ -82,11 +92,13 @@ def main() -> None:
             t0 = time.perf_counter()
             for _ in range(args.updates):
                 agent.update(batch, 0.0)
+            synchronize(agent.device)
             times[v].append((time.perf_counter() - t0) / args.updates)
     median = {v: statistics.median(t) for v, t in times.items()}
     out = {"env": cfg.env, "agent": cfg.agent, "batch": [cfg.r_f_steps, cfg.batch_size],
-           "threads": args.threads, "torch": torch.__version__,
+           "threads": args.threads, "device": args.device, "torch": torch.__version__,
            "cpu": torch.backends.cpu.get_cpu_capability(),
+           "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
            "update_s": {v: round(m, 4) for v, m in median.items()},
            "update_s_all": {v: [round(x, 4) for x in t] for v, t in times.items()}}
     if "fp32" in median:
