@@ -14,89 +14,24 @@ Stacked pixels (`pixel_stack=C`, obs `[T+1, B, C, H, W]`, usually uint8 84x84) a
 stored as single frames, each once, in a refcounted frame pool; a rollout keeps an
 int32 index array `[T+1, C]` into it and stacks are rebuilt by one gather at `get`.
 
-Frame resolution at `put`, entry (t, j) = frame j of the stack at row t:
-
-* an all-zero frame (the padding after a game reset) is the sentinel: pool index
-  `pool_frames`, a frame of zeros that is never freed (the "-1" of the design);
-* for t >= 1, if frame j equals frame j+1 of row t-1 (the stack shifted by one env
-  step), the entry reuses that entry's pool index;
-* otherwise the frame is *introduced*: rows 0 and the last C rows look it up (crc32 of
-  its bytes, then a byte comparison) among the frames that sit in the last row
-  ("tail") of a resident rollout, and reuse a match; everything else gets a new pool
-  frame. Two looked-up frames of one rollout with equal bytes share one new frame.
-
-Frames are compared as bytes, so every dtype comes back bit-exact.
-
-A consecutive rollout of the same env therefore finds its row-0 frames in its
-predecessor's tail while the predecessor is resident, and costs T new frames, not
-T + C. Every entry holds one reference (int32 refcount per pool frame); overwriting
-a position drops the old rollout's references and frees frames that reach 0.
-
-Pool size and its bound
------------------------
-The pool has `pool_frames = capacity * T + C * max_chain_heads` frames (+ the zero
-sentinel). Default `max_chain_heads`: `capacity // C` (at least 1) when T >= C, which
-keeps Atari at <= 7.5 KB per stored step; `capacity` when T < C. With
-`max_chain_heads >= capacity` the pool can never run out.
-
-Assumption (A), true of ale-py's frame stacking: at every row t >= 1 at most one
-entry is introduced (a shift brings one new frame; a reset row is `[0, .., 0, f]`).
-
-Rollouts of one env are put in the order they were produced (each at most once).
-The *predecessor* of r is the previous rollout of r's env (its row T stack is r's
-row 0 stack); a resident r is a *chain head* if its predecessor is not resident. Let
-R be the resident set and H the number of chain heads in it.
-
-Claim: under (A) and T >= C, the frames in use never exceed T * |R| + C * H, so a
-`put` cannot fail while H <= max_chain_heads.
-
-Proof. Invariant (I): the frames referenced by tails of resident rollouts are
-pairwise different in content. It holds initially; a `put` gives its tail only
-frames that were looked up (entries of row T were introduced in rows > T - C, or
-shifted from them), so each is either the resident tail frame with that content or
-a new frame whose content no resident tail has, and two new ones never repeat
-content; removing a rollout keeps (I). Let N(r) be the frames of r's entries
-introduced at rows 1..T: |N(r)| <= T by (A). By induction on t, every frame of
-row t is in N(r) or is row 0's entry j + t, which exists only if j + t <= C - 1;
-with T >= C every frame of row T is in N(r). If r has a predecessor p, it was
-resident when r was put (p is older than r and still resident), so each row-0
-frame of r was looked up and, by (I), resolved to the frame of p's tail with that
-content: row0(r) is within tail(p), within N(p). Frames are freed exactly when no
-entry references them, so the frames in use are the union over r in R of
-row0(r) and N(r), within the union of N(r) over R plus the row-0 frames of the
-chain heads: at most T * |R| + C * H. QED.
-
-With FIFO overwriting (the oldest position is replaced) and E envs whose every
-rollout is put, in order, the chain heads are the oldest resident rollout of each env, so
-H <= E: pass `max_chain_heads >= E` (the number of envs feeding the storage). A
-replay that keeps only some rollouts of an env, or evicts out of order, makes more
-heads; size it for that (`max_chain_heads=capacity` is always safe, 8.4 KB/step for
-Atari at T=20). Rows that break (A) (not shifted, not reset-padded) cost up to C
-frames each. If a `put` would need more free frames than there are,
-`FramePoolExhaustedError` is raised before anything changes: the storage stays as
-it was, the rollout is not stored.
+How frames are resolved at `put`, the pool's size and the bound that the default
+`max_chain_heads` rests on (with its proof) are in `replay/frames.py`.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import zlib
 from collections.abc import Mapping
 
 import numpy as np
 import torch
 
-_HASH_MASK = 0x7FFFFFFF  # crc32 folded to int32 >= 0; -1 marks "no frame"
+from replay.frames import plan_frames
 
 
 class FramePoolExhaustedError(RuntimeError):
     """A `put` needs more pool frames than are free (more chain heads than sized for)."""
-
-
-def _frame_hash(frame) -> int:
-    """crc32 of a contiguous numpy byte row, as a non-negative int32."""
-    return zlib.crc32(frame) & _HASH_MASK
 
 
 class RolloutStorage:
@@ -110,8 +45,8 @@ class RolloutStorage:
             its leading T+1 rows, e.g. "obs": ((T+1, 4, 84, 84), torch.uint8),
             "logits": ((T+1, P), torch.float32), "action": ((T+1,), torch.int64).
         pixel_stack: C, the frames stacked in each obs `[C, *frame_shape]`; frames are
-            then stored once each (see the module docstring). None: obs is a plain field.
-        max_chain_heads: pool sizing, see the module docstring (default capacity // C
+            then stored once each (see replay/frames.py). None: obs is a plain field.
+        max_chain_heads: pool sizing, see replay/frames.py (default capacity // C
             when T >= C, else capacity; values above capacity count as capacity, which
             never runs out); ignored without `pixel_stack`.
     """
@@ -218,7 +153,8 @@ class RolloutStorage:
             if not 0 <= column < x.shape[1]:
                 raise IndexError(f"column {column} is outside 0..{x.shape[1] - 1}")
             rows[name] = x[:, column]
-        plan = self._plan_frames(rows["obs"]) if self.pixel_stack is not None else None
+        plan = plan_frames(rows["obs"], self.unroll_length, self.pixel_stack) \
+            if self.pixel_stack is not None else None
         with self._lock:
             if plan is not None:
                 self._store_frames(plan, position)
@@ -226,52 +162,6 @@ class RolloutStorage:
                 buf[:, position] = rows[name]
             self._count += not self._resident_np[position]
             self._resident[position] = True
-
-    def _plan_frames(self, obs: torch.Tensor):
-        """Resolve the entries of one rollout's obs `[T+1, C, *frame_shape]` among
-        themselves (no pool access, so outside the lock).
-
-        Frames are compared as bytes: uint8 reductions are the fast ones, and float
-        frames come back bit-exact. Returns (raw: uint8 ndarray [(T+1)*C, bytes per
-        frame]; codes: int64 ndarray [(T+1)*C], -1 for a zero frame, else the number
-        r of a representative frame; reps: the raw row of each r; hashes: crc of each
-        r, -1 where r is not looked up; tail: the hashes of row T's entries).
-        """
-        t, c = self.unroll_length, self.pixel_stack
-        t1 = t + 1
-        # numpy, single-threaded: torch's intra-op threads stall on a busy machine
-        raw = np.ascontiguousarray(
-            (obs if obs.dtype == torch.uint8 else obs.view(torch.uint8)).numpy())
-        flat = raw.reshape(t1, c, -1)
-        raw = raw.reshape(t1 * c, -1)
-        nonzero = flat.any(-1).tolist()
-        shifted = (~(flat[1:, :-1] ^ flat[:-1, 1:]).any(-1)).tolist() if c > 1 else None
-        codes = [-1] * (t1 * c)
-        reps: list[int] = []
-        hashes: list[int] = []
-        local: dict[int, list[int]] = {}
-        for row in range(t1):
-            looked_up = row == 0 or row > t - c
-            for j in range(c):
-                k = row * c + j
-                if not nonzero[row][j]:
-                    continue
-                if row > 0 and j < c - 1 and shifted[row - 1][j]:
-                    codes[k] = codes[k - c + 1]
-                    continue
-                h = -1
-                if looked_up:
-                    h = _frame_hash(raw[k])
-                    same = [r for r in local.get(h, ()) if np.array_equal(raw[reps[r]], raw[k])]
-                    if same:
-                        codes[k] = same[0]
-                        continue
-                    local.setdefault(h, []).append(len(reps))
-                codes[k] = len(reps)
-                reps.append(k)
-                hashes.append(h)
-        tail = [hashes[codes[t * c + j]] if codes[t * c + j] >= 0 else -1 for j in range(c)]
-        return raw, np.array(codes, dtype=np.int64), reps, hashes, tail
 
     def _store_frames(self, plan, position: int) -> None:
         """Look the planned frames up in the resident tails, then commit (under the lock).
@@ -319,7 +209,7 @@ class RolloutStorage:
                     f"T {t} + C {c} x max_chain_heads {self.max_chain_heads}) has "
                     f"{self._n_free + freeable} free frames, this rollout needs {len(new)}. "
                     "More rollouts are stored without their env's previous rollout than "
-                    "max_chain_heads allows (see replay/storage.py); raise max_chain_heads "
+                    "max_chain_heads allows (see replay/frames.py); raise max_chain_heads "
                     "(capacity is always enough)"
                 )
         # commit: nothing below can fail. References to reused frames go first, so
