@@ -37,7 +37,7 @@ from agents.networks import ActorCritic
 
 
 class PolicyMLP(ActorCritic):
-    """The actor (module docstring), built from an agents.networks.ModelSpec whose
+    """The actor (module docstring), built from an agents.model_spec.ModelSpec whose
     action_kind is "tanh_gaussian" or "deterministic"."""
 
     def __init__(self, spec):

@@ -63,7 +63,7 @@ class AgentEntry:
     # (a key of agents.distributions.DISTRIBUTIONS); a kind not here is refused
     distributions: Mapping[str, str] = dataclasses.field(
         default_factory=lambda: {"discrete": "discrete", "box": "box"})
-    # "module:function" building its model from an agents.networks.ModelSpec; "": the
+    # "module:function" building its model from an agents.model_spec.ModelSpec; "": the
     # spec's actor-critic (ModelSpec.build)
     model: str = ""
 
@@ -73,7 +73,7 @@ class AgentEntry:
         return _load(self.path)
 
     def build_model(self, spec):
-        """Its model for `spec` (an agents.networks.ModelSpec)."""
+        """Its model for `spec` (an agents.model_spec.ModelSpec)."""
         return _load(self.model)(spec) if self.model else spec.build()
 
 
@@ -130,11 +130,11 @@ def off_policy(agent: str) -> bool:
 
 
 def model_spec(info: dict, flags: dict):
-    """The agents.networks.ModelSpec of the model `flags["agent"]` acts with for an
+    """The agents.model_spec.ModelSpec of the model `flags["agent"]` acts with for an
     env's `info` (`EnvInfo` as a dict): `ModelSpec.of`, with the agent's distribution
     for the env's actions (an action kind it does not take is refused by
     training/config.py)."""
-    from agents.networks import ModelSpec
+    from agents.model_spec import ModelSpec
 
     spec = ModelSpec.of(info, flags)
     entry = AGENTS[flags["agent"]]

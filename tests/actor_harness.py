@@ -10,7 +10,7 @@ import time
 import torch
 import torch.multiprocessing as mp
 
-from agents.networks import ModelSpec
+from agents.model_spec import ModelSpec
 from workers.actor import ActorConfig
 from workers.pool import ActorPool
 from workers.slots import SlotPool, rollout_spec

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from agents.distributions import DiagGaussian
-from agents.networks import ModelSpec
+from agents.model_spec import ModelSpec
 from tests.actor_harness import actors
 from tests.conftest import run_main
 from wrappers.envs import EnvOptions, env_info, family_of, make_batched_env

@@ -14,7 +14,7 @@ import time
 import torch
 import torch.multiprocessing as mp
 
-from agents.networks import ModelSpec, build_model
+from agents.model_spec import ModelSpec, build_model
 from tests.conftest import run_main
 from training.run_dir import EVAL_COLUMNS
 from workers.evaluator import EvalConfig, Evaluator, duty_cap, play, wait_ready

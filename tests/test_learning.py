@@ -41,7 +41,8 @@ import os
 import pytest
 import torch
 
-from agents.networks import build_model, step_model
+from agents.model_spec import build_model
+from agents.networks import step_model
 from tests.conftest import run_main
 from training.checkpoint import acting_weights
 

@@ -8,9 +8,9 @@ import torch
 
 from agents.agent import OptimConfig
 from agents.impala import LossConfig, impala_loss
+from agents.model_spec import ModelSpec
 from agents.networks import (
     LSTMCore,
-    ModelSpec,
     mask_state,
     pack_state,
     step_model,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from agents.networks import MLP, MinAtarCNN, NatureCNN, build_model, step_model
+from agents.model_spec import build_model
+from agents.networks import MLP, MinAtarCNN, NatureCNN, step_model
 
 
 def test_build_model_picks_the_net_for_the_observation_kind():

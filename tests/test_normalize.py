@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from agents.agent import OptimConfig
-from agents.networks import build_model, step_model
+from agents.model_spec import build_model
+from agents.networks import step_model
 from agents.normalize import RunningMeanStd, update_inputs, update_returns
 from agents.ppo import PPOAgent, PPOConfig
 from workers.weights import SharedWeights

@@ -12,7 +12,7 @@ import torch
 
 from agents.agent import OptimConfig
 from agents.distributions import NoisyDeterministic, TanhGaussian
-from agents.networks import ModelSpec
+from agents.model_spec import ModelSpec
 from agents.off_policy import sac_model, single_model, transitions, twin_model
 from agents.sac import SACAgent
 from agents.td3 import DDPGAgent, TD3Agent
@@ -81,7 +81,7 @@ def test_noisy_deterministic_acts_within_bounds_around_its_mode():
 
 def counting_rollouts(unroll: int, n: int) -> list[dict]:
     """`n` consecutive rollouts of one counting env, with "final_obs"."""
-    from agents.networks import ModelSpec
+    from agents.model_spec import ModelSpec
 
     cfg = ActorConfig("tests.counting_env:Counting-v0", EnvOptions(), 1, unroll,
                       ModelSpec((4,), 3, 8), seed=0, policy=RandomPolicy,

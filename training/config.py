@@ -21,7 +21,7 @@ import re
 
 import torch
 
-from agents.networks import ModelSpec
+from agents.model_spec import ModelSpec
 from agents.registry import AGENTS, flag_readers, model_spec, off_policy
 from replay.config import ReplaySpec, parse_replay_parameters
 from replay.presets import PRESETS

@@ -19,7 +19,8 @@ import torch.multiprocessing as mp
 
 from agents.agent import Agent
 from agents.group import ALONE, Group
-from agents.networks import ModelSpec, policy_features
+from agents.model_spec import ModelSpec
+from agents.networks import policy_features
 from agents.precision import choose_precision
 from agents.registry import AGENTS
 from replay.config import match_saved_states, parse_replay_parameters

@@ -232,9 +232,9 @@ def parse_weight_sync(text: str | None, count: int) -> tuple[WeightSync | None, 
 
 def _pbt_problems(configs: list[Config]) -> list[str]:
     """What --with_pbt cannot run with: PBT copies whole agents between policies, so the
-    agent, the optimizer and the architecture (agents.networks.ARCHITECTURE_FLAGS) must
+    agent, the optimizer and the architecture (agents.model_spec.ARCHITECTURE_FLAGS) must
     not differ; and its own flags' ranges."""
-    from agents.networks import ARCHITECTURE_FLAGS
+    from agents.model_spec import ARCHITECTURE_FLAGS
 
     run = configs[0]
     errors = []

@@ -17,7 +17,7 @@ import sys
 import torch
 
 from agents.distributions import BOUNDED
-from agents.networks import ARCHITECTURE_FLAGS
+from agents.model_spec import ARCHITECTURE_FLAGS
 from agents.registry import AGENTS, model_spec
 from training.checkpoint import (
     acting_weights,
@@ -50,7 +50,7 @@ def _changed(name: str, saved) -> str:
 
 def architecture_problem(cfg: Config, checkpoint: dict, policy_id: int = 0) -> str | None:
     """Why the checkpoint's model of policy `policy_id` cannot be loaded into the model
-    of `cfg`'s flags (`agents.networks.ARCHITECTURE_FLAGS`), or None. A flag that
+    of `cfg`'s flags (`agents.model_spec.ARCHITECTURE_FLAGS`), or None. A flag that
     changed is named; anything else that makes the weights not fit (a missing or
     reshaped tensor) is caught by comparing them with a model built from the flags."""
     part = checkpoint["policies"][policy_id]

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from agents.distributions import DISTRIBUTIONS
-from agents.networks import ModelSpec, mask_state, pack_state, step_model
+from agents.model_spec import ModelSpec
+from agents.networks import mask_state, pack_state, step_model
 from workers.messages import ActorError, RolloutDone
 from wrappers.envs import EnvOptions, make_batched_env
 from wrappers.reward_scaling import RewardScaler

@@ -37,7 +37,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from agents.networks import ModelSpec, step_model
+from agents.model_spec import ModelSpec
+from agents.networks import step_model
 from workers.actor import die_with_parent
 from workers.actor_pool import per_policy
 from workers.weights import SharedWeights

@@ -60,7 +60,7 @@ def rollout_spec(
     """Per-slot shape (time-major, T+1 rows) and dtype of every field, for
     `num_actions` actions of `action_kind` (`agents.distributions.DISTRIBUTIONS`); with
     `feature_size` H > 0 also "features" ((T+1, H), float16); with a model state
-    (`state_shape`, `agents.networks.ModelSpec.state_shape`) also "core_state"
+    (`state_shape`, `agents.model_spec.ModelSpec.state_shape`) also "core_state"
     ((T+1, *state_shape), float32); with `final_obs` also "final_obs" (obs' shape and
     dtype)."""
     t1 = unroll_length + 1
