@@ -4,13 +4,7 @@
 #   bash bench/gpu_data_parallel.sh      (results under $OUT)
 # 1. the equivalence test with gloo on cuda:0 tensors; 2. a 1-rank NCCL group; 3. learner
 # updates/s for N=1 and N=2 sharing the GPU (gloo), Pong's and CartPole's nets.
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,memory.total --format=csv; lscpu | grep "Model name"; nproc;
-  python3 -c "import torch; print('torch', torch.__version__)"; } > "$OUT/machine.txt" 2>&1
+source bench/gpu_setup.sh
 DP_DEVICE=cuda:0 timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_data_parallel.py \
   > "$OUT/equivalence_cuda.txt" 2>&1
 echo "equivalence rc $?" >> "$OUT/equivalence_cuda.txt"

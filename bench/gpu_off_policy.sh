@@ -6,13 +6,8 @@
 # each on the CPU with the 2-core machines' actors (--worker_count=2) and one learner
 # thread; every other flag the agent's default, except td3's and ddpg's --learning_starts
 # (their 25,000, CleanRL's for MuJoCo, is longer than these runs): 5,000 as sac's.
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT" /tmp/runs
-{ lscpu | grep "Model name"; nproc; python3 -c "import torch; print('torch', torch.__version__)"; } \
-  > "$OUT/machine.txt" 2>&1
+source bench/gpu_setup.sh
+mkdir -p /tmp/runs
 for agent in sac td3 ddpg; do
   starts=""; [ $agent != sac ] && starts="--learning_starts=5000"
   for seed in 0 1 2; do

@@ -3,12 +3,7 @@
 #   bash bench/gpu_off_policy_update.sh      (JSON lines under $OUT)
 # sac and td3, fused twin critics against separate ones, on the H200 and on its CPU
 # cores (1 and 2 threads: what a 2-core machine's learner has, without the actors).
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name --format=csv,noheader; lscpu | grep "Model name"; } > "$OUT/machine.txt"
+source bench/gpu_setup.sh
 for agent in sac td3; do
   for where in "--device=cuda" "--device=cpu --threads=1" "--device=cpu --threads=2"; do
     timeout 120 python3 -m bench.off_policy_update --agent=$agent $where >> "$OUT/update.jsonl" \

@@ -5,13 +5,7 @@
 # 1. Pong to 18 with the defaults (16 actors x 4 envs, the learner on cuda:0), seed 0,
 #    bench/learning.py, cut at 300 s; 2. the learner's step on cuda:0, fp32 against bf16;
 # 3. bench/throughput.py on the 16 cores: raw envs, actor inference, learner, training.
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,memory.total --format=csv; lscpu | grep "Model name"; nproc;
-  python3 -c "import torch; print('torch', torch.__version__)"; } > "$OUT/machine.txt" 2>&1
+source bench/gpu_setup.sh
 timeout 300 python3 -m bench.learning --task=pong --frames=6e6 --seeds=0 --results_dir=/tmp/pong \
   --log="$OUT/pong_learning.log" -- --stop_at_return=18 --eval_interval=0 \
   > "$OUT/pong_learning.json" 2> "$OUT/pong_learning.err"

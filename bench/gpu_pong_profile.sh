@@ -5,11 +5,7 @@
 # 1. the defaults (16 actors x 4 envs, --learner_threads 16): top, and py-spy on the main
 #    process for 25 s; 2. 14 actors and --learner_threads=2; 3. the raw envs and the actors'
 #    inference alone on 16 processes (bench/throughput.py's parts).
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source bench/gpu_setup.sh
 train() {  # name seconds flags...
   local name=$1 secs=$2; shift 2
   python3 main.py --env=PongNoFrameskip-v4 --seed=0 --eval_interval=0 --environment_max_steps=2500000 \
