@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -13,6 +14,38 @@ def run_main(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
         [sys.executable, os.path.join(ROOT, "main.py"), *args],
         cwd=ROOT, capture_output=True, text=True, timeout=timeout,
     )
+
+
+_started: list[subprocess.Popen] = []
+
+
+def start_main(*args: str) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    _started.append(proc)
+    return proc
+
+
+@pytest.fixture(autouse=True)
+def no_run_outlives_its_test():
+    """A failed test can leave its run going (a long budget, on the CI's 2 cores): kill
+    each run this test started, with every process under it, once the test is over."""
+    yield
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            try:
+                tree = psutil.Process(proc.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                tree = []
+            proc.kill()
+            for p in tree:
+                try:
+                    p.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            psutil.wait_procs(tree, timeout=10)
+            proc.communicate(timeout=30)
 
 
 @pytest.fixture

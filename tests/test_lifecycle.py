@@ -16,39 +16,8 @@ import psutil
 import pytest
 import torch
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_main
 from training.checkpoint import load_checkpoint
-
-_started: list[subprocess.Popen] = []
-
-
-def start_main(*args: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _started.append(proc)
-    return proc
-
-
-@pytest.fixture(autouse=True)
-def no_run_outlives_its_test():
-    """A failed test can leave its run going (a long budget, on the CI's 2 cores): kill
-    each run this test started, with every process under it, once the test is over."""
-    yield
-    while _started:
-        proc = _started.pop()
-        if proc.poll() is None:
-            try:
-                tree = psutil.Process(proc.pid).children(recursive=True)
-            except psutil.NoSuchProcess:
-                tree = []
-            proc.kill()
-            for p in tree:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(tree, timeout=10)
-            proc.communicate(timeout=30)
 
 
 def shm_entries() -> set[str]:

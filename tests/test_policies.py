@@ -19,8 +19,8 @@ from option_flags import default_values
 from replay.config import ReplaySpec
 from replay.shared import SharedView
 from replay.storage_replay import StorageReplay
-from tests.conftest import run_main
-from tests.test_lifecycle import run_dir, shm_entries, start_main, stop_and_check, wait_for
+from tests.conftest import run_main, start_main
+from tests.test_lifecycle import run_dir, shm_entries, stop_and_check, wait_for
 from training.checkpoint import load_checkpoint
 from training.config import make_config
 from training.factory import build_driver, make_agent

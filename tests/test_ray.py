@@ -13,14 +13,13 @@ import sys
 import psutil
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, start_main
 from tests.test_learning import solved_run
 from tests.test_lifecycle import (
     learner_rows,
     run_dir,
     run_log,
     shm_entries,
-    start_main,
     stop_and_check,
     wait_for,
 )
