@@ -318,6 +318,7 @@ def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weight
                      run.log, cfg.max_actor_restarts, resumes=resumes)
 
 
+@functools.cache
 def worker_context():
     """The start method of the actor and evaluator processes: a forkserver that has
     imported their modules (torch, the envs) once, so that each process forks from it
@@ -325,7 +326,7 @@ def worker_context():
     per process, paid on every start and every restart). Forked from a server that ran
     nothing but imports, they share none of the learner's threads or CUDA state. Their
     parent is the server, which exits when this process does, taking them with it
-    (their PR_SET_PDEATHSIG)."""
+    (their PR_SET_PDEATHSIG). One per process: the preload is set once."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["workers.actor", "workers.evaluator"])
     return ctx
