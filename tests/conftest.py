@@ -19,9 +19,11 @@ def run_main(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 _started: list[subprocess.Popen] = []
 
 
-def start_main(*args: str) -> subprocess.Popen:
+def start_main(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """main.py with `args`, its output piped; `env`: variables added to this process's."""
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=None if env is None else {**os.environ, **env})
     _started.append(proc)
     return proc
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 
 import psutil
 import pytest
@@ -25,12 +26,18 @@ from tests.test_lifecycle import (
 )
 from training.checkpoint import load_checkpoint
 
+# Ray's workers inherit the driver's environment: a variable set for one test's runs
+# tells their actors from those of a run on the other pytest worker
+TOKEN = {"RAY_TEST_RUN": uuid.uuid4().hex}
+
 
 def ray_actor_processes() -> list[psutil.Process]:
+    """The RayRoller actors alive now of this module's runs (those given `TOKEN`)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if "RayRoller" in " ".join(p.info["cmdline"] or []):
+            if "RayRoller" in " ".join(p.info["cmdline"] or []) and \
+                    p.environ().get("RAY_TEST_RUN") == TOKEN["RAY_TEST_RUN"]:
                 out.append(p)
         except psutil.Error:
             continue
@@ -40,7 +47,7 @@ def ray_actor_processes() -> list[psutil.Process]:
 def resume(d: str, *flags: str) -> dict:
     proc = subprocess.run([sys.executable, "main.py", "--op_mode=train_w_load",
                            f"--load_model_url={d}", *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=300, env={**os.environ, **TOKEN})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.load(open(os.path.join(d, "summary.json")))
 
@@ -65,7 +72,7 @@ def test_a_killed_ray_actor_is_replaced_sigint_stops_cleanly_and_runs_resume_acr
     shm_before = shm_entries()
     proc = start_main("--env=CartPole-v1", "--backend=ray", "--worker_count=2",
                       "--environment_max_steps=10000000", "--eval_interval=0",
-                      f"--results_dir={results}")
+                      f"--results_dir={results}", env=TOKEN)
     wait_for(lambda: learner_rows(results) >= 5, 120, "5 updates", proc)
     actors = ray_actor_processes()
     assert len(actors) == 2
