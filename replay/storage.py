@@ -79,6 +79,9 @@ class RolloutStorage:
         self._resident = torch.zeros(self.capacity, dtype=torch.bool)
         self._resident_np = self._resident.numpy()
         self._count = 0  # positions holding a rollout (len: read at every learner step)
+        # resident_positions' answer for the _count it was made at: a position, once
+        # resident, stays so (until load_state_dict), so the count tells a stale one
+        self._positions = torch.zeros(0, dtype=torch.int64)
         self.pixel_stack = None if pixel_stack is None else int(pixel_stack)
         plain = dict(self._specs)
         if pixel_stack is not None:
@@ -291,11 +294,14 @@ class RolloutStorage:
         return self._count
 
     def resident_positions(self) -> torch.Tensor:
-        """int64 [len(self)]: the positions holding a rollout, ascending."""
+        """int64 [len(self)]: the positions holding a rollout, ascending; read-only
+        (made again only when a rollout lands on a new position, not at every batch:
+        an off-policy agent samples at every env step, and a scan of 125k flags cost
+        it 3% of its time)."""
         with self._lock:
-            if self._count == self.capacity:  # full (no scan of 1M flags a batch)
-                return torch.arange(self.capacity)
-            return self._resident.nonzero().squeeze(1)
+            if len(self._positions) != self._count:
+                self._positions = self._resident.nonzero().squeeze(1)
+            return self._positions
 
     def frames_in_use(self) -> int:
         """Pool frames referenced by stored rollouts (0 without `pixel_stack`)."""
@@ -396,6 +402,7 @@ class RolloutStorage:
         with self._lock:
             self._resident.copy_(state["resident"])
             self._count = int(self._resident.sum())
+            self._positions = self._resident.nonzero().squeeze(1)
             for k, v in self._buffers.items():
                 v.copy_(state["buffers"][k])
             if self.pixel_stack is not None:

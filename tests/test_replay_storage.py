@@ -299,6 +299,8 @@ def test_vector_obs_round_trip_and_overwrite():
         pos = int(torch.randint(0, capacity, (), generator=gen))
         s.put(batch, i % 3, pos)
         reference[pos] = column_of(batch, i % 3)
+        # made again when a new position fills, kept when one is overwritten
+        assert s.resident_positions().tolist() == sorted(reference)
     assert_matches(s, reference)
     got = s.get([pos])
     got["obs"].add_(1.0)
@@ -389,6 +391,7 @@ def test_state_dict_round_trip():
     b.load_state_dict(torch.load(buf))
     assert_matches(b, reference)
     assert len(b) == len(a) and b.frames_in_use() == a.frames_in_use()
+    assert b.resident_positions().tolist() == sorted(reference)
     check_invariants(b)
     # both go on identically
     for i in range(13, 20):
