@@ -79,9 +79,7 @@ class RolloutStorage:
         self._resident = torch.zeros(self.capacity, dtype=torch.bool)
         self._resident_np = self._resident.numpy()
         self._count = 0  # positions holding a rollout (len: read at every learner step)
-        # resident_positions' answer for the _count it was made at: a position, once
-        # resident, stays so (until load_state_dict), so the count tells a stale one
-        self._positions = torch.zeros(0, dtype=torch.int64)
+        self._positions = torch.zeros(0, dtype=torch.int64)  # resident_positions' cache
         self.pixel_stack = None if pixel_stack is None else int(pixel_stack)
         plain = dict(self._specs)
         if pixel_stack is not None:
@@ -294,10 +292,9 @@ class RolloutStorage:
         return self._count
 
     def resident_positions(self) -> torch.Tensor:
-        """int64 [len(self)]: the positions holding a rollout, ascending; read-only
-        (made again only when a rollout lands on a new position, not at every batch:
-        an off-policy agent samples at every env step, and a scan of 125k flags cost
-        it 3% of its time)."""
+        """int64 [len(self)]: the positions holding a rollout, ascending; read-only.
+        A position once resident stays so, so it is made again only when the count
+        grows (not at every batch: a scan of 125k flags was 3% of SAC's time)."""
         with self._lock:
             if len(self._positions) != self._count:
                 self._positions = self._resident.nonzero().squeeze(1)
