@@ -8,11 +8,17 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_main(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run the real entry point in a subprocess."""
+def _environ(env: dict[str, str] | None) -> dict[str, str] | None:
+    """This process's environment with `env` added (None: inherit it as it is)."""
+    return None if env is None else {**os.environ, **env}
+
+
+def run_main(*args: str, timeout: float = 600,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the real entry point in a subprocess; `env`: variables added to ours."""
     return subprocess.run(
         [sys.executable, os.path.join(ROOT, "main.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=_environ(env),
     )
 
 
@@ -23,7 +29,7 @@ def start_main(*args: str, env: dict[str, str] | None = None) -> subprocess.Pope
     """main.py with `args`, its output piped; `env`: variables added to this process's."""
     proc = subprocess.Popen([sys.executable, os.path.join(ROOT, "main.py"), *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=None if env is None else {**os.environ, **env})
+                            env=_environ(env))
     _started.append(proc)
     return proc
 

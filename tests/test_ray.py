@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import uuid
 
 import psutil
 import pytest
 
-from tests.conftest import ROOT, start_main
+from tests.conftest import run_main, start_main
 from tests.test_learning import solved_run
 from tests.test_lifecycle import (
     learner_rows,
@@ -45,9 +43,8 @@ def ray_actor_processes() -> list[psutil.Process]:
 
 
 def resume(d: str, *flags: str) -> dict:
-    proc = subprocess.run([sys.executable, "main.py", "--op_mode=train_w_load",
-                           f"--load_model_url={d}", *flags], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, **TOKEN})
+    proc = run_main("--op_mode=train_w_load", f"--load_model_url={d}", *flags, timeout=300,
+                    env=TOKEN)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.load(open(os.path.join(d, "summary.json")))
 
