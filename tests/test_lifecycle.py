@@ -130,7 +130,9 @@ def test_second_signal_exits_at_once_without_damaging_checkpoints(results):
     assert ckpt["counters"]["updates"] >= 1
     for path in glob.glob(os.path.join(d, "checkpoint_*.pt")):
         load_checkpoint(path)
-    assert len(glob.glob(os.path.join(d, "checkpoint_*.pt"))) <= 2
+    # an exit between a new checkpoint's rename and the pruning of the oldest leaves one
+    # more than --keep_checkpoints (as kill -9 would); the run's next save prunes it
+    assert len(glob.glob(os.path.join(d, "checkpoint_*.pt"))) <= 2 + 1
 
 
 def test_resume_continues_counters_schedule_and_files(results):

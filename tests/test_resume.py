@@ -196,6 +196,19 @@ def test_resume_from_an_older_checkpoint_moves_the_later_ones_aside(tmp_path):
     assert torch.load(os.path.join(run, "checkpoint.pt"))["updates"] == 170
 
 
+def test_a_save_prunes_what_an_exit_before_the_pruning_left(tmp_path):
+    """A second signal (or kill -9) between a checkpoint's rename and the pruning leaves
+    keep + 1 numbered files; the next save brings them back to keep, newest kept."""
+    run = str(tmp_path)
+    for updates in (1, 2, 3):
+        save_checkpoint(run, updates, {"updates": updates}, keep=3)
+    torch.save({"updates": 4}, os.path.join(run, "checkpoint_000000004.pt"))  # not pruned
+    save_checkpoint(run, 5, {"updates": 5}, keep=2)
+    assert sorted(p for p in os.listdir(run) if p.startswith("checkpoint_")) == [
+        "checkpoint_000000004.pt", "checkpoint_000000005.pt"]
+    assert torch.load(os.path.join(run, "checkpoint.pt"))["updates"] == 5
+
+
 # --- 5. frame pools sized for actor restarts; drops reported ----------------------------------
 def test_frame_pool_holds_live_resumed_and_restarted_chains():
     """The worst case of the plan's sizing: every chain head costs a full stack (row 0

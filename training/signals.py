@@ -3,7 +3,9 @@
 The first signal only sets a flag: the learner finishes the update in flight,
 stops the actors, saves a checkpoint and exits 0. A second signal kills every
 child process and exits immediately (status 128 + signal); checkpoints are
-written through temporary files, so none that was complete is damaged.
+written through temporary files, so none that was complete is damaged. An exit
+between a save and its pruning leaves one numbered checkpoint more than
+--keep_checkpoints, which the next save removes.
 """
 
 from __future__ import annotations
