@@ -319,7 +319,10 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
                "falls behind, the learner when no new env steps came; auto: 1."),
         _int("learning_starts", None,
              "Env steps of uniform random actions before the first update (CleanRL's); auto: "
-             "5000 for sac, 25000 for td3 and ddpg."),
+             "5000 for sac, 25000 for td3 and ddpg. The first update also waits for a batch "
+             "of --batch_size distinct rollouts (--batch_size x --r_f_steps env steps: 2048 "
+             "with the defaults); below that, the learner then makes the updates the ratio "
+             "owes at once."),
         _int("n_step", 1,
              "Steps of reward summed before bootstrapping (within a rollout and an episode)."),
         _float("tau", 0.005, "Polyak averaging of the target networks: target += tau x "
