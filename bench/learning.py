@@ -61,6 +61,10 @@ TASKS = {
     "bipedal_walker": ("BipedalWalker-v3", (0.0, 100.0, 300.0), 2_000_000),
     "half_cheetah": ("HalfCheetah-v5", (1000.0, 2000.0, 3000.0), 1_000_000),
     "hopper": ("Hopper-v5", (500.0, 1000.0, 2000.0), 1_000_000),
+    # issue 35's off-policy goals: the last threshold of each is its goal at 1M env steps
+    "half_cheetah_off_policy": ("HalfCheetah-v5", (3000.0, 6000.0, 9600.0), 1_000_000),
+    "hopper_off_policy": ("Hopper-v5", (1000.0, 2000.0, 3100.0), 1_000_000),
+    "walker2d_off_policy": ("Walker2d-v5", (1000.0, 2000.0, 4000.0), 1_000_000),
 }
 
 
