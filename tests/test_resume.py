@@ -200,13 +200,13 @@ def test_a_save_prunes_what_an_exit_before_the_pruning_left(tmp_path):
     """A second signal (or kill -9) between a checkpoint's rename and the pruning leaves
     keep + 1 numbered files; the next save brings them back to keep, newest kept."""
     run = str(tmp_path)
-    for updates in (1, 2, 3):
-        save_checkpoint(run, updates, {"updates": updates}, keep=3)
-    torch.save({"updates": 4}, os.path.join(run, "checkpoint_000000004.pt"))  # not pruned
-    save_checkpoint(run, 5, {"updates": 5}, keep=2)
+    for updates in (1, 2):
+        save_checkpoint(run, updates, {"updates": updates}, keep=2)
+    torch.save({"updates": 3}, os.path.join(run, "checkpoint_000000003.pt"))  # not pruned
+    save_checkpoint(run, 4, {"updates": 4}, keep=2)
     assert sorted(p for p in os.listdir(run) if p.startswith("checkpoint_")) == [
-        "checkpoint_000000004.pt", "checkpoint_000000005.pt"]
-    assert torch.load(os.path.join(run, "checkpoint.pt"))["updates"] == 5
+        "checkpoint_000000003.pt", "checkpoint_000000004.pt"]
+    assert torch.load(os.path.join(run, "checkpoint.pt"))["updates"] == 4
 
 
 # --- 5. frame pools sized for actor restarts; drops reported ----------------------------------
