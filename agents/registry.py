@@ -42,7 +42,8 @@ OFF_POLICY = dict(batch_size=256, r_f_steps=8, envs_per_worker=1, optimizer="ada
                   gradient_clip_by_norm_threshold=0.0, normalize_input=False,
                   normalize_returns=False, clip_rewards=False, gamma=0.99,
                   training_fill_in_factor=0.0, replay_ratio=1.0,
-                  environment_max_steps=1_000_000, save_model_period=50_000)
+                  environment_max_steps=1_000_000, save_model_period=50_000,
+                  learner_csv_interval=100)
 
 
 def _load(path: str):

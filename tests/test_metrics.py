@@ -177,3 +177,40 @@ def test_resumed_old_learner_csv_gets_the_new_header(tmp_path):
     assert reader.fieldnames == LEARNER_COLUMNS
     assert rows[0]["updates"] == "1" and rows[0]["free_slots"] is None
     assert rows[1]["free_slots"] == "7"
+
+
+def test_learner_csv_rows_every_interval_means_and_a_row_at_each_checkpoint(tmp_path):
+    """--learner_csv_interval=3: rows at updates 3 and 6 (their means, the lag's max),
+    a checkpoint's flush writes update 7's; a resume at 6 updates keeps the rows up to
+    6 and drops a torn line."""
+    from training.report import Report
+    from training.run_dir import RunDir
+
+    run = RunDir(str(tmp_path), "Pendulum-v1", {}, echo=False)
+    run.open_learner(("critic_loss",))
+    report = Report(run, "Pendulum-v1", 1, 100, csv_interval=3)
+    for k in range(1, 8):
+        report.rollouts(10)
+        report.update({"critic_loss": float(k)}, 0.1 * k, 0.01, (float(k), 2.0 * k), 4 - k % 2)
+
+    def rows():
+        with open(run.file("learner.csv"), newline="") as f:
+            return list(csv.DictReader(f))
+
+    report.flush()
+    assert [(r["updates"], r["env_steps"]) for r in rows()] == [("3", "30"), ("6", "60")]
+    first, second = rows()
+    assert float(first["critic_loss"]) == 2.0 and float(second["critic_loss"]) == 5.0
+    assert float(first["policy_lag_mean"]) == 2.0 and float(first["policy_lag_max"]) == 6.0
+    assert float(second["batch_wait_s"]) == pytest.approx(0.5) and first["free_slots"] == "3"
+    report.flush(sync=True)  # before a checkpoint: the 7th update's row
+    assert [(r["updates"], float(r["critic_loss"])) for r in rows()][-1] == ("7", 7.0)
+    report.flush(sync=True)  # nothing new: no row
+    assert len(rows()) == 3
+    run.close()
+    with open(run.file("learner.csv"), "a", newline="") as f:
+        f.write("8,80,80,0.0,")  # torn by a kill
+    RunDir("", "", {}, echo=False, resume_path=run.path, keep_rows=(0, 7, 0)).close()
+    assert [r["updates"] for r in rows()] == ["3", "6", "7"]
+    RunDir("", "", {}, echo=False, resume_path=run.path, keep_rows=(0, 6, 0)).close()
+    assert [r["updates"] for r in rows()] == ["3", "6"]

@@ -73,6 +73,9 @@ def test_the_rate_limiter_in_a_run_of_actor_processes(results):
     rows = learner_rows(run_dir(results))
     for row in rows:
         assert int(row["updates"]) <= 0.5 * (int(row["env_steps"]) - 500)
+    # a row per 100 updates (their auto --learner_csv_interval), the last at the end
+    updates = [int(r["updates"]) for r in rows]
+    assert updates[:-1] == list(range(100, 100 * len(rows), 100)) and updates[-1] > updates[-2]
     last = rows[-1]
     assert (int(last["env_steps"]) - 500) / int(last["updates"]) == pytest.approx(2, rel=0.05)
     assert sum(float(r["actor_wait_s"]) for r in rows) > 0

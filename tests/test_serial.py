@@ -48,9 +48,11 @@ def test_the_same_seed_repeats_bit_for_bit(tmp_path):
 
 def test_sac_repeats_bit_for_bit(tmp_path):
     # the replay's uniform draws, the transitions' rows, the policy's noise, the rate
-    # limiter's schedule, the random actions before --learning_starts
+    # limiter's schedule, the random actions before --learning_starts; a learner.csv
+    # row per update
     flags = ("--env=Pendulum-v1", "--agent=sac", "--learning_starts=300", "--hidden_size=32",
-             "--batch_size=32", "--environment_max_steps=600", "--eval_interval=300")
+             "--batch_size=32", "--environment_max_steps=600", "--eval_interval=300",
+             "--learner_csv_interval=1")
     for k in ("a", "b"):
         _run(str(tmp_path / k), 7, *flags)
     for name, rows in (("learner.csv", 250), ("episodes.csv", 2), ("eval.csv", 2)):

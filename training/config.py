@@ -241,6 +241,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     for name in ("environment_max_steps", "batch_size", "r_f_steps", "worker_count",
                  "envs_per_worker", "learner_threads", "skipped_frames", "frames_stacked",
                  "hidden_size", "lstm_size", "lr", "save_model_period", "status_interval",
+                 "learner_csv_interval",
                  "test_episode_count", "keep_checkpoints", "cache_output_buffer_size",
                  "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
                  "impact_target_update", "learner_count", "learner_timeout",

@@ -195,7 +195,8 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
         report = FollowerReport(run, checkpoint)
     elif len(policies) == 1:
         report = Report(run, cfg.env, info.frames_per_step, cfg.environment_max_steps,
-                        state=checkpoint, status_stats=learners[0].agent.STATUS)
+                        state=checkpoint, status_stats=learners[0].agent.STATUS,
+                        csv_interval=cfg.learner_csv_interval)
     else:
         report = population_report(policies, learners, run, info, checkpoint)
     pacers = [ReplayRatioPacer(pacer_counters(c, k, report), c.replay_ratio, c.learning_starts,
@@ -255,7 +256,7 @@ def population_report(policies: list[Config], learners: list[PolicyLearner], run
             keep_events=None if counts is None else (counts["env_steps"], state.get("saved_at")))
         reports.append(Report(files, cfg.env, info.frames_per_step, cfg.environment_max_steps,
                               state=state, status_stats=learner.agent.STATUS,
-                              label=f"policy {k}: "))
+                              label=f"policy {k}: ", csv_interval=c.learner_csv_interval))
     return PopulationReport(Report(run, cfg.env, info.frames_per_step,
                                    cfg.environment_max_steps, state=checkpoint), reports)
 

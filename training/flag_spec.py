@@ -448,6 +448,10 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
              "1000, 50,000 for sac/td3/ddpg (an update per env step)."),
         _int("keep_checkpoints", 3, "Numbered checkpoints kept in the run directory."),
         _float("status_interval", 5.0, "Seconds between status lines."),
+        _int("learner_csv_interval", None,
+             "Learner updates per learner.csv row (each row: their means, the lag's max; a "
+             "row at each checkpoint too); auto: 1, 100 for sac/td3/ddpg (an update per env "
+             "step: 10,000 rows per 1M env steps, as CleanRL logs its losses every 100)."),
     ),
 )
 

@@ -52,10 +52,9 @@ class ReplayRatioPacer(Pacer):
     no new slots while the env steps exceed learning_starts + updates / ratio by
     `slack` or more (a round of rollouts of every actor: what they hold once granted),
     so they cannot outrun a slow learner by more than that, unless the replays cannot
-    give a batch yet. Each learner.csv row says
-    for how long, since the previous update, the actors were held
-    ("actor_wait_s") and the learner waited for env steps with a batch at hand
-    ("learner_wait_s")."""
+    give a batch yet. `take_stats` says for how long, since the previous update,
+    the actors were held ("actor_wait_s") and the learner waited for env steps
+    with a batch at hand ("learner_wait_s"); a learner.csv row has their means."""
 
     def __init__(self, counters, ratio: float, learning_starts: int, slack: int):
         self.counters = counters  # training.metrics.Counters: the run's env steps

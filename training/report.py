@@ -37,11 +37,13 @@ class Report:
 
     def __init__(self, run: RunDir, env: str, frames_per_step: int, max_env_steps: int,
                  state: dict | None = None,
-                 status_stats: tuple[tuple[str, str, str], ...] = (), label: str = ""):
+                 status_stats: tuple[tuple[str, str, str], ...] = (), label: str = "",
+                 csv_interval: int = 1):
         """`state`: a checkpoint's (counters, recent returns, best mean) to go on from;
         `status_stats`: the agent's statistics on the status line, (label, name,
         format) each (`agents.agent.Agent.STATUS`); `label` begins the status line (a
-        policy's: "policy 1: ")."""
+        policy's: "policy 1: "); `csv_interval`: updates per learner.csv row
+        (`--learner_csv_interval`)."""
         self.run_dir = run
         self.label = label
         self.status_stats = status_stats
@@ -68,6 +70,9 @@ class Report:
         self._env_steps_at_start = self.counters.env_steps
         self._last_status = (self._t_start, self.counters.env_steps)
         self.pipeline = metrics.PipelineStats()
+        self.csv_interval = csv_interval
+        self._row = metrics.PipelineStats()  # the updates since learner.csv's last row
+        self._free_slots = 0
         self.system = metrics.SystemMonitor()
         self.tb = metrics.TensorBoardLog(run.path)
 
@@ -95,19 +100,33 @@ class Report:
 
     def update(self, stats: dict[str, float], wait_s: float, update_s: float,
                lag: tuple[float, float], free_slots: int, policy_id: int = 0) -> None:
-        """One learner update: its loss statistics and pipeline figures."""
+        """One learner update: its loss statistics and pipeline figures. learner.csv
+        gets a row every `csv_interval` updates (`write_learner_row`)."""
         self.counters.updates += 1
         self.last_stats = stats
         self.pipeline.add_update(wait_s, update_s, lag[0], lag[1], stats)
-        c = self.counters
+        self._row.add_update(wait_s, update_s, lag[0], lag[1], stats)
+        self._free_slots = free_slots
+        if self.counters.updates % self.csv_interval == 0:
+            self.write_learner_row()
+
+    def write_learner_row(self) -> None:
+        """learner.csv's row for the updates since its last row (none: no row), at the
+        counters now: each figure their mean, but policy_lag_max their max, and
+        free_slots now. One update's row holds its figures as they are."""
+        r = self._row
+        if not r.updates:
+            return
+        n, c = r.updates, self.counters
         self.run_dir.learner.writerow({
             "updates": c.updates, "env_steps": c.env_steps,
             "frames": c.env_steps * self.frames_per_step,
-            "fps": round(self.fps, 1), **{k: f"{v:.6g}" for k, v in stats.items()},
-            "policy_lag_mean": f"{lag[0]:.4g}", "policy_lag_max": f"{lag[1]:.4g}",
-            "batch_wait_s": f"{wait_s:.4g}", "update_s": f"{update_s:.4g}",
-            "free_slots": free_slots,
+            "fps": round(self.fps, 1), **{k: f"{v / n:.6g}" for k, v in r.losses.items()},
+            "policy_lag_mean": f"{r.lag_sum / n:.4g}", "policy_lag_max": f"{r.lag_max:.4g}",
+            "batch_wait_s": f"{r.wait_s / n:.4g}", "update_s": f"{r.update_s / n:.4g}",
+            "free_slots": self._free_slots,
         })
+        r.reset()
 
     # --- figures ---------------------------------------------------------------------
     def wall(self) -> float:
@@ -219,8 +238,11 @@ class Report:
         self.run_dir.write_summary({**self.summary(actor_restarts), **(extra_summary or {})})
 
     def flush(self, sync: bool = False) -> None:
-        """Flush the CSVs and the TensorBoard events; with `sync`, fsync them and the log
+        """Flush the CSVs and the TensorBoard events; with `sync`, first write
+        learner.csv's row of the updates since its last, then fsync them and the log
         (before a checkpoint: the rows it counts must be on disk)."""
+        if sync:
+            self.write_learner_row()
         self.tb.flush()
         self.run_dir.flush(sync)
 

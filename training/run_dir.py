@@ -64,8 +64,9 @@ class RunDir:
                  files: bool = True, log: logging.Logger | None = None):
         """A new directory under `results_dir`, or, with `resume_path`, the directory of
         the run being resumed: its CSVs and log are appended to, after cutting them to
-        `keep_rows` = (episodes, updates, evaluations) rows, what the checkpoint had counted (rows
-        written after the checkpoint, by a run that was killed, would be counted twice);
+        `keep_rows` = (episodes, updates, evaluations), what the checkpoint had counted
+        (rows written after the checkpoint, by a run that was killed, would be counted
+        twice; learner.csv keeps its rows of updates up to the count);
         its TensorBoard events are cut to `keep_events` = (env steps, unix time of the
         save or None), see `cut_events`. Without `files` it has no episodes.csv and
         eval.csv (the top level of a run of several policies); with `log` it writes to
@@ -83,7 +84,7 @@ class RunDir:
         self.path = path
         if keep_rows is not None:
             cut_csv(self.file("episodes.csv"), keep_rows[0])
-            cut_csv(self.file("learner.csv"), keep_rows[1])
+            cut_csv(self.file("learner.csv"), keep_rows[1], column="updates")
             cut_csv(self.file("eval.csv"), keep_rows[2])
         if keep_events is not None:
             for events in glob.glob(self.file("events.out.tfevents.*")):
@@ -153,13 +154,22 @@ class RunDir:
             self.log.removeHandler(h)
 
 
-def cut_csv(path: str, rows: int) -> None:
-    """Keep the header and the first `rows` rows of a CSV file."""
+def cut_csv(path: str, rows: int, column: str | None = None) -> None:
+    """Keep the header and the first `rows` rows of a CSV file; with `column`, the
+    rows before the first whose integer `column` exceeds `rows` or that is torn (no
+    line end: a kill mid-write)."""
     if not os.path.exists(path):
         return
     with open(path, newline="") as f:
-        lines = f.readlines()[: rows + 1]
-    atomic_write_text(path, "".join(lines))
+        lines = f.readlines()
+    keep = rows + 1
+    if column is not None and lines:
+        at = next(csv.reader(lines[:1])).index(column)
+        keep = 1
+        while keep < len(lines) and lines[keep].endswith("\n") and \
+                int(next(csv.reader([lines[keep]]))[at]) <= rows:
+            keep += 1
+    atomic_write_text(path, "".join(lines[:keep]))
 
 
 def _records(data: bytes):

@@ -93,7 +93,8 @@ class EnvFamily:
 COMMON = dict(gamma=0.99, gae_lambda=0.95, ppo_shuffle="rollouts", normalize_advantages=False,
               gradient_clip_by_norm_threshold=0.5, value_loss_weight=0.5,
               mlp_activation="tanh", log_std_init=0.0, training_fill_in_factor=0.05,
-              environment_max_steps=10_000_000, save_model_period=1000)
+              environment_max_steps=10_000_000, save_model_period=1000,
+              learner_csv_interval=1)
 
 
 _SPACES: dict[str, tuple[gym.spaces.Space, gym.spaces.Space]] = {}  # made once per process
