@@ -40,6 +40,7 @@ CORPUS = [
     (["--entropy_loss_weight=-0.01"], "--entropy_loss_weight"), (["--seed=-1"], "--seed"),
     (["--environment_max_steps=0"], "--environment_max_steps"),
     (["--rmsprop_eps=0"], "--rmsprop_eps"), (["--status_interval=0"], "--status_interval"),
+    (["--learner_csv_interval=0"], "--learner_csv_interval"),
     (["--gradient_clip_by_norm_threshold=-1"], "--gradient_clip_by_norm_threshold"),
     (["--max_actor_restarts=-1"], "--max_actor_restarts"),
     (["--keep_checkpoints=0"], "--keep_checkpoints"), (["--stop_window=0"], "--stop_window"),
