@@ -8,7 +8,7 @@
   failed one;
 * SIGINT to multi_train stops the run in flight (checkpoint saved, recorded as
   interrupted, exit 130), and the same command again continues it from the checkpoint.
-Every run is a few thousand env steps of CartPole-v1 in the serial mode, one actor.
+Every run is a few thousand env steps of CartPole-v1 with one actor.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import pytest
 import multi_train
 from tests.conftest import ROOT
 
-TINY = ["--env=CartPole-v1", "--serial", "--worker_count=1", "--envs_per_worker=2"]
+TINY = ["--env=CartPole-v1", "--worker_count=1", "--envs_per_worker=2"]
 
 
 def run_sweep(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
