@@ -43,7 +43,7 @@ def _test_mode(run: str, results: str, *flags: str):
 
 
 def test_pong_smoke_run_leaves_every_file(results):
-    # the default agent (ppo on Atari: 4 epochs x 4 minibatches an update) on tiny batches
+    # the default agent (ppo on Atari: 3 epochs x 4 minibatches an update) on tiny batches
     proc = run_main("--env=PongNoFrameskip-v4", "--environment_max_steps=400",
                     "--eval_interval=0",
                     "--worker_count=1", "--envs_per_worker=2", "--batch_size=4",

@@ -56,7 +56,7 @@ def test_atari_defaults_are_sample_factorys_ppo_with_a_constant_learning_rate():
     assert not errors
     assert (pong.agent, pong.r_f_steps, pong.batch_size, pong.ppo_epochs,
             pong.ppo_minibatches, pong.lr, pong.lr_end_value, pong.ppo_clip) == \
-        ("ppo", 128, 8, 4, 4, 2.5e-4, 2.5e-4, 0.1)
+        ("ppo", 128, 8, 3, 4, 2.5e-4, 2.5e-4, 0.1)  # 3 epochs: Sample Factory's 4 less one
     assert pong.normalize_input and pong.normalize_returns
     # the budget does not change the schedule; an explicit end value still decays
     assert parse("--env=PongNoFrameskip-v4", "--lr_end_value=0")[0].lr_end_value == 0
@@ -130,9 +130,10 @@ def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
     impala, _ = parse("--env=Pendulum-v1", "--agent=impala")
     assert (impala.lr, impala.batch_size, impala.normalize_input) == (3e-4, 32, True)
     # the other families keep their values
-    for env in ("PongNoFrameskip-v4", "MinAtar/Breakout-v1", "CartPole-v1"):
+    for env, epochs in (("PongNoFrameskip-v4", 3), ("MinAtar/Breakout-v1", 4),
+                        ("CartPole-v1", 4)):
         other, _ = parse(f"--env={env}", "--agent=ppo")
-        assert (other.ppo_epochs, other.ppo_minibatches) == (4, 4)
+        assert (other.ppo_epochs, other.ppo_minibatches) == (epochs, 4)
 
 
 def test_halfcheetah_gets_sb3_zoos_tuned_ppo_values():

@@ -275,7 +275,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     *_section(
         "PPO and Truly PPO (--agent=ppo / truly_ppo)",
         _int("ppo_epochs", None,
-             "Passes over each batch; auto: 4, 10 continuous, 20 HalfCheetah."),
+             "Passes over each batch; auto: 4, 3 for ppo agents on Atari, 10 continuous, 20 "
+             "HalfCheetah."),
         _int("ppo_minibatches", None,
              "Minibatches per pass; at most --batch_size with --ppo_shuffle=rollouts; auto: 4, "
              "32 continuous, 16 Box2D discrete, 8 HalfCheetah."),
