@@ -4,9 +4,11 @@ APPO-style (Sample Factory's asynchronous PPO): the actors keep acting while the
 learner takes `epochs` x `minibatches` steps on each batch `[T+1, B, ...]`.
 
 1. Once per batch, without gradients, the current model gives V(x_t) for rows
-   0..T. Rewards and discounts are IMPALA's (`transition_targets`: clipped if
-   asked, a truncation adds gamma x the actor's V(final obs), a termination cuts
-   the bootstrap).
+   0..T (`values="learner"`), or GAE reads the V_mu(x_t) the actors stored with
+   each step (`values="actor"`: no pass; the behaviour weights', one update or so
+   old, as CleanRL's and RLlib's rollout values are). Rewards and discounts are
+   IMPALA's (`transition_targets`: clipped if asked, a truncation adds gamma x the
+   actor's V(final obs), a termination cuts the bootstrap).
 2. Advantages and value targets, [T, B]:
    - "gae": GAE(lambda) (Schulman et al., 2016) from those values,
        delta_t = r_t + d_t V(x_{t+1}) - V(x_t),  A_t = delta_t + d_t lambda A_{t+1},
@@ -64,6 +66,7 @@ class PPOConfig:
     epochs: int = 4
     minibatches: int = 4
     shuffle: str = "rollouts"  # or "steps": minibatches of steps from every rollout
+    values: str = "learner"  # or "actor": GAE from the stored behaviour values
     value_loss_weight: float = 0.5
     entropy_loss_weight: float = 0.01
     clip_rewards: bool = True
@@ -80,7 +83,7 @@ def ppo_config(cfg) -> PPOConfig:
     return PPOConfig(
         gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, advantage=cfg.ppo_advantage,
         clip=cfg.ppo_clip, value_clip=cfg.ppo_value_clip, epochs=cfg.ppo_epochs,
-        minibatches=cfg.ppo_minibatches, shuffle=cfg.ppo_shuffle,
+        minibatches=cfg.ppo_minibatches, shuffle=cfg.ppo_shuffle, values=cfg.gae_values,
         value_loss_weight=cfg.value_loss_weight,
         entropy_loss_weight=cfg.entropy_loss_weight, clip_rewards=cfg.clip_rewards,
         reward_clipping_method=cfg.reward_clipping_method, rho_const=cfg.rho_const,
@@ -176,12 +179,18 @@ class PPOAgent(Agent):
         """(advantages [T, B], value targets [T, B], V(x_t) [T, B], pi's params
         [T+1, B, P]) of a batch, by the current model, without gradients. pi (whose
         ratio to mu V-trace weighs by) is the current policy, or `policy_logits`
-        [T+1, B, P] if given."""
+        [T+1, B, P] if given. GAE with `values="actor"` reads the batch's stored
+        "value" [T+1, B] instead and runs no model: pi's params are then the
+        behaviour's (no caller reads them)."""
         cfg = self.cfg
+        rewards, discounts = transition_targets(batch, cfg)
+        if cfg.advantage == "gae" and cfg.values == "actor":
+            values = batch["value"]
+            adv = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
+            return adv, adv + values[:-1], values[:-1], batch["logits"]
         logits, values, _ = self.unroll(batch, *unroll_start(self.model, batch))
         if policy_logits is not None:
             logits = policy_logits
-        rewards, discounts = transition_targets(batch, cfg)
         if cfg.advantage == "vtrace":
             vt = vtrace.from_logits(
                 behaviour_policy_logits=batch["logits"][:-1], target_policy_logits=logits[:-1],

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 
 # the flags of the ppo family's loop (agents/ppo.py), and those of one agent alone
 PPO_FLAGS = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
-             "ppo_advantage", "ppo_shuffle")
+             "ppo_advantage", "ppo_shuffle", "gae_values")
 TRULY_PPO_FLAGS = ("truly_ppo_delta", "truly_ppo_alpha")
 IMPALA_FLAGS = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
                 "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")

@@ -109,6 +109,40 @@ def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
     assert (cfg.lr, cfg.batch_size) == (1e-3, 8)
 
 
+def test_gae_reads_the_actors_values_for_ppo_on_atari_only_and_never_under_v_trace():
+    for args, values in ((("--env=PongNoFrameskip-v4",), "actor"),
+                         (("--env=PongNoFrameskip-v4", "--agent=truly_ppo"), "actor"),
+                         (("--env=PongNoFrameskip-v4", "--agent=impact"), "learner"),
+                         (("--env=MinAtar/Breakout-v1", "--agent=ppo"), "learner"),
+                         (("--env=CartPole-v1", "--agent=ppo"), "learner"),
+                         (("--env=CartPole-v1", "--agent=ppo", "--gae_values=actor"), "actor"),
+                         (("--env=PongNoFrameskip-v4", "--gae_values=learner"), "learner")):
+        cfg, errors = parse(*args)
+        assert not errors and cfg.gae_values == values, args
+    mix = ('--replay_parameters=[{"type": "queue", "sample_ratio": 0.5}, '
+           '{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]')
+    cfg, errors = parse("--env=PongNoFrameskip-v4", mix)  # V-trace: the current critic's
+    assert not errors and (cfg.ppo_advantage, cfg.gae_values) == ("vtrace", "learner")
+    _, errors = parse("--env=PongNoFrameskip-v4", mix, "--gae_values=actor")
+    assert len(errors) == 1 and errors[0].startswith("--gae_values:"), errors
+    _, errors = parse("--env=CartPole-v1", "--agent=ppo", "--ppo_advantage=vtrace",
+                      "--gae_values=actor")
+    assert len(errors) == 1 and errors[0].startswith("--gae_values:"), errors
+    # a run saved before the flag recomputed; a new mix on resume re-derives it
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["main.py", "--op_mode=train_w_load", "--load_model_url=/x"])
+    values, explicit = option_flags.flag_values()
+    old = {"env": "PongNoFrameskip-v4", "agent": "ppo"}
+    assert make_config(merge_saved(values, explicit, old))[0].gae_values == "learner"
+    saved = {**old, "gae_values": "actor", "ppo_advantage": "gae"}
+    assert make_config(merge_saved(values, explicit, saved))[0].gae_values == "actor"
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["main.py", "--op_mode=train_w_load", "--load_model_url=/x", mix])
+    values, explicit = option_flags.flag_values()
+    cfg, errors = make_config(merge_saved(values, explicit, saved))
+    assert not errors and (cfg.ppo_advantage, cfg.gae_values) == ("vtrace", "learner")
+
+
 def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():
     cfg, errors = parse("--env=Pendulum-v1")
     assert not errors

@@ -288,6 +288,53 @@ def test_one_minibatch_of_all_steps_is_the_update_of_all_rollouts():
         assert after[0][2][key] == pytest.approx(after[1][2][key], rel=1e-12)
 
 
+def test_gae_from_the_actors_values_runs_no_pass_and_equals_the_learners_when_they_agree():
+    """`values="actor"`: the advantages are GAE (the naive sum) of the stored "value";
+    the model is not run for them; and where the stored values are the model's own
+    (no lag), the update is bit for bit the one that recomputes them."""
+    rng = np.random.default_rng(5)
+    t_len, b, a, gamma, lam = 5, 4, 3, 0.97, 0.9
+    n = (t_len + 1) * b
+    logits, values = rng.normal(size=(n, a)), rng.normal(size=n)
+    batch = _table_batch(rng, t_len, b, a)
+    batch["truncated"][2, 1] = True
+    batch["bootstrap_value"][2, 1] = 0.7
+    batch["value"] = torch.tensor(values).reshape(t_len + 1, b)  # the model's: no lag
+    after = []
+    for source in ("learner", "actor"):
+        model = TableModel(logits, values)
+        cfg = PPOConfig(epochs=2, minibatches=2, clip_rewards=False, gamma=gamma,
+                        gae_lambda=lam, values=source)
+        agent = PPOAgent(model, cfg, OptimConfig(optimizer="adam", lr=1e-2),
+                         torch.device("cpu"))
+        calls = [0]
+        forward = model.forward
+
+        def counted(*args, forward=forward, calls=calls):
+            calls[0] += 1
+            return forward(*args)
+        model.forward = counted
+        adv, returns, old_values, _ = agent.targets(dict(batch))
+        assert calls[0] == (source == "learner")
+        for j in range(b):
+            ref = naive_gae(batch["reward"][1:, j].numpy(), batch["done"][1:, j].numpy(),
+                            batch["truncated"][1:, j].numpy(),
+                            batch["bootstrap_value"][1:, j].numpy(),
+                            batch["value"][:-1, j].numpy(), batch["value"][-1, j].item(),
+                            gamma, lam)
+            np.testing.assert_allclose(adv[:, j].numpy(), ref, rtol=1e-6)
+        torch.testing.assert_close(returns, adv + batch["value"][:-1], rtol=0, atol=0)
+        agent.update(dict(batch), progress=0.0)
+        after.append((model.logits.detach().clone(), model.values.detach().clone()))
+    assert torch.equal(after[0][0], after[1][0]) and torch.equal(after[0][1], after[1][1])
+    # stale stored values (another critic's) give other advantages: the path is taken
+    model = TableModel(logits, values)
+    agent = PPOAgent(model, PPOConfig(clip_rewards=False, values="actor"),
+                     OptimConfig(optimizer="adam", lr=1e-2), torch.device("cpu"))
+    stale = {**batch, "value": batch["value"] + 1.0}
+    assert not torch.equal(agent.targets(stale)[0], agent.targets(dict(batch))[0])
+
+
 @pytest.mark.parametrize("agent_name", ["ppo", "impact"])
 def test_an_update_normalises_its_inputs_once_and_trains_bit_for_bit_as_before(agent_name):
     """ppo's epochs read the batch's observations prepared once (scaled and normalised:
@@ -332,7 +379,9 @@ def test_an_update_normalises_its_inputs_once_and_trains_bit_for_bit_as_before(a
         agents.append(agent)
         passes.append(calls[0])
     steps = cfg.ppo_epochs * cfg.ppo_minibatches
-    assert passes == [1, 1 + steps]
+    targets_pass = cfg.gae_values == "learner"  # ppo on Atari: GAE from the actor's values
+    assert (agent_name, cfg.gae_values) in (("ppo", "actor"), ("impact", "learner"))
+    assert passes == [1, targets_pass + steps]
     for (name, p1), p2 in zip(agents[0].model.state_dict().items(),
                               agents[1].model.state_dict().values(), strict=True):
         assert torch.equal(p1, p2), name

@@ -341,6 +341,12 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
         v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) \
             and v["agent"] != "impact" else "vtrace"
+    if v["ppo_advantage"] == "vtrace" and v.get("gae_values") == "actor":
+        if "gae_values" not in auto:
+            return None, ["--gae_values: the actor's values serve GAE only, and these "
+                          "advantages are V-trace's (--ppo_advantage, or replays other than "
+                          "the queue); leave the flag out or pass learner"]
+        v["gae_values"] = "learner"  # V-trace corrects against the current critic
     return Config(**{name: v[name] for name in config_fields()},
                   env_kind=family.name, replay_specs=tuple(replays),
                   n_envs=v["worker_count"] * v["envs_per_worker"],
@@ -357,7 +363,7 @@ PER_INVOCATION = ("op_mode", "load_model_url", "test_episode_count", "test_polic
 # What runs saved before a flag existed had: a checkpoint that lacks the key resumes
 # with this, not with today's auto default (an old Atari run was impala, unnormalised).
 SAVED_BEFORE = {"agent": "impala", "normalize_input": False, "normalize_returns": False,
-                "use_lstm": False, "ppo_shuffle": "rollouts",
+                "use_lstm": False, "ppo_shuffle": "rollouts", "gae_values": "learner",
                 "mlp_activation": "tanh", "log_std_init": 0.0, "mlp_shared_torso": False,
                 "num_policies": 1}
 
@@ -366,13 +372,15 @@ def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
     """Flag priority: given on the command line (`explicit`; multi_train.py passes its
     overrides there too) > saved in the checkpoint (`saved`; `SAVED_BEFORE` for keys
     older checkpoints lack) > defaults (`values`). A mix given anew (`--replays` or
-    `--replay_parameters`) re-derives `--ppo_advantage` unless it is given too: the
-    checkpoint holds the value derived from the old mix."""
+    `--replay_parameters`) re-derives `--ppo_advantage` and `--gae_values` unless
+    they are given too: the checkpoint holds the values derived from the old mix."""
     saved = {**SAVED_BEFORE, **saved}
     merged = dict(values)
     for name, value in saved.items():
         if name in merged and name not in explicit and name not in PER_INVOCATION:
             merged[name] = value
-    if {"replays", "replay_parameters"} & explicit and "ppo_advantage" not in explicit:
-        merged["ppo_advantage"] = "auto"  # re-derived from the new mix (saved resolved)
+    if {"replays", "replay_parameters"} & explicit:  # re-derived from the new mix
+        for name, auto in (("ppo_advantage", "auto"), ("gae_values", None)):
+            if name not in explicit:
+                merged[name] = auto
     return merged

@@ -296,6 +296,12 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _float("gae_lambda", None,
                "GAE(lambda) of the ppo advantages; auto: 0.95, 0.98 for ppo agents on Box2D "
                "discrete."),
+        _enum("gae_values", None, ("learner", "actor"),
+              "Whose V(x_t) the GAE advantages read: the learner's, recomputed once per batch "
+              "with the current weights (one forward pass over the batch), or the actor's, "
+              "stored with each step by the behaviour weights (CleanRL's and RLlib's way; no "
+              "pass, about 15% of a Pong update on 2 cores); auto: actor for ppo agents on "
+              "Atari, else learner. V-trace advantages always recompute."),
         # a made Config holds gae or vtrace (make_config resolves auto)
         _enum("ppo_advantage", "auto", ("auto", "gae", "vtrace"),
               "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, vtrace "

@@ -90,7 +90,8 @@ class EnvFamily:
 
 
 # auto values every family has unless its entry says otherwise
-COMMON = dict(gamma=0.99, gae_lambda=0.95, ppo_shuffle="rollouts", normalize_advantages=False,
+COMMON = dict(gamma=0.99, gae_lambda=0.95, ppo_shuffle="rollouts", gae_values="learner",
+              normalize_advantages=False,
               gradient_clip_by_norm_threshold=0.5, value_loss_weight=0.5,
               mlp_activation="tanh", log_std_init=0.0, training_fill_in_factor=0.05,
               environment_max_steps=10_000_000, save_model_period=1000,
@@ -217,7 +218,7 @@ FAMILIES = (
                       hidden_size=512, envs_per_worker=4, clip_rewards=True, ppo_clip=0.1,
                       normalize_input=True, normalize_returns=True, entropy_loss_weight=0.01,
                       ppo_epochs=3, ppo_minibatches=4),
-        ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128)),
+        ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128, gae_values="actor")),
     EnvFamily(
         "minatar", is_minatar, _check_minatar, _make_minatar, agent="impala",
         defaults=dict(batch_size=8, r_f_steps=20, optimizer="rmsprop", lr=6e-4,
