@@ -109,20 +109,24 @@ def test_ppo_agents_take_cleanrl_settings_and_resolve_their_advantages():
     assert (cfg.lr, cfg.batch_size) == (1e-3, 8)
 
 
-def test_gae_reads_the_actors_values_for_ppo_on_atari_only_and_never_under_v_trace():
-    for args, values in ((("--env=PongNoFrameskip-v4",), "actor"),
-                         (("--env=PongNoFrameskip-v4", "--agent=truly_ppo"), "actor"),
+def test_gae_reads_the_actors_values_only_when_asked_and_never_under_v_trace():
+    for args, values in ((("--env=PongNoFrameskip-v4",), "learner"),
+                         (("--env=PongNoFrameskip-v4", "--agent=truly_ppo",
+                           "--gae_values=actor"), "actor"),
                          (("--env=PongNoFrameskip-v4", "--agent=impact"), "learner"),
                          (("--env=MinAtar/Breakout-v1", "--agent=ppo"), "learner"),
                          (("--env=CartPole-v1", "--agent=ppo"), "learner"),
                          (("--env=CartPole-v1", "--agent=ppo", "--gae_values=actor"), "actor"),
-                         (("--env=PongNoFrameskip-v4", "--gae_values=learner"), "learner")):
+                         (("--env=PongNoFrameskip-v4", "--gae_values=actor"), "actor")):
         cfg, errors = parse(*args)
         assert not errors and cfg.gae_values == values, args
     mix = ('--replay_parameters=[{"type": "queue", "sample_ratio": 0.5}, '
            '{"type": "standard", "capacity": 100, "sample_ratio": 0.5}]')
     cfg, errors = parse("--env=PongNoFrameskip-v4", mix)  # V-trace: the current critic's
     assert not errors and (cfg.ppo_advantage, cfg.gae_values) == ("vtrace", "learner")
+    cfg, errors = parse("--env=PongNoFrameskip-v4", mix, "--ppo_advantage=gae",
+                        "--gae_values=actor")
+    assert not errors and (cfg.ppo_advantage, cfg.gae_values) == ("gae", "actor")
     _, errors = parse("--env=PongNoFrameskip-v4", mix, "--gae_values=actor")
     assert len(errors) == 1 and errors[0].startswith("--gae_values:"), errors
     _, errors = parse("--env=CartPole-v1", "--agent=ppo", "--ppo_advantage=vtrace",

@@ -299,9 +299,10 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _enum("gae_values", None, ("learner", "actor"),
               "Whose V(x_t) the GAE advantages read: the learner's, recomputed once per batch "
               "with the current weights (one forward pass over the batch), or the actor's, "
-              "stored with each step by the behaviour weights (CleanRL's and RLlib's way; no "
-              "pass, about 15% of a Pong update on 2 cores); auto: actor for ppo agents on "
-              "Atari, else learner. V-trace advantages always recompute."),
+              "stored with each step by the behaviour weights, about one update old "
+              "(CleanRL's and RLlib's way; no pass: about 15% of a Pong update on 2 cores, "
+              "but Pong learned slower per frame with it); auto: learner. V-trace "
+              "advantages always recompute."),
         # a made Config holds gae or vtrace (make_config resolves auto)
         _enum("ppo_advantage", "auto", ("auto", "gae", "vtrace"),
               "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, vtrace "

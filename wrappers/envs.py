@@ -218,7 +218,7 @@ FAMILIES = (
                       hidden_size=512, envs_per_worker=4, clip_rewards=True, ppo_clip=0.1,
                       normalize_input=True, normalize_returns=True, entropy_loss_weight=0.01,
                       ppo_epochs=3, ppo_minibatches=4),
-        ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128, gae_values="actor")),
+        ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128)),
     EnvFamily(
         "minatar", is_minatar, _check_minatar, _make_minatar, agent="impala",
         defaults=dict(batch_size=8, r_f_steps=20, optimizer="rmsprop", lr=6e-4,
