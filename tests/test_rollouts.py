@@ -10,17 +10,13 @@ same row.
 from __future__ import annotations
 
 import collections
-import os
-import time
 
-import psutil
 import torch
 
 from agents.impala import LossConfig, transition_targets
 from agents.networks import step_model, unroll_start
 from tests.actor_harness import actors, collect_rollouts
 from tests.counting_env import end_flags, episode_length
-from workers.actor import NICENESS
 
 UNROLL = 5
 
@@ -132,20 +128,3 @@ def test_every_episode_is_reported_once():
     assert all(counts[k] <= 2 for k in range(n))
     assert all(counts[k] >= counts[k + 1] for k in range(n - 1))
     assert counts[0] == 2 and counts[2] >= 1, "truncated episodes are games too"
-
-
-def test_actors_run_below_the_learners_cpu_priority():
-    """Each actor process is `NICENESS` (10) nicer than the process that started it
-    (the learner), so on a full machine the learner's threads are not preempted by
-    the actors mid-update (Sample Factory's rollout workers: +10)."""
-    expected = [min(19, os.nice(0) + NICENESS)] * 2
-    with actors(workers=2, envs=1) as h:
-        h.rollouts()  # an actor is running (the harness times out after 30 s)
-        deadline = time.time() + 30  # the other may still be starting
-        while True:
-            nice = [psutil.Process(a.process.pid).nice() for a in h.pool.actors]
-            if nice == expected or time.time() > deadline:
-                break
-            h.rollouts()
-    assert NICENESS == 10
-    assert nice == expected

@@ -1,8 +1,7 @@
 """Actor processes: play `envs_per_worker` envs as one batched env and write rollouts.
 
 Each actor owns a CPU copy of the policy and runs one batched forward pass per
-env step over all its envs, with one torch thread, at a CPU priority below the
-learner's (`NICENESS`). The policy is a class chosen
+env step over all its envs, with one torch thread. The policy is a class chosen
 by `ActorConfig.policy`: `ModelPolicy` (the network, refreshed from the learner's
 published weights) or `RandomPolicy` (uniform actions and no inference, for the
 benchmarks). Before each rollout the actor receives one slot per env from the
@@ -26,7 +25,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import os
 import signal
 import time
 import traceback
@@ -180,13 +178,6 @@ def die_with_parent() -> None:
         pass
 
 
-# The actors' CPU priority below the learner's (Sample Factory's rollout workers': +10).
-# On 2 cores the learner's two threads share the cores with the actors: preempted
-# mid-update, one thread idles at the other's barrier. Pong's training, 2 actors at
-# nice 10 against 0, 40k env steps: 1,200 against 1,123 frames/s (docs: results.md).
-NICENESS = 10
-
-
 def run_actor(actor_id: int, cfg: ActorConfig, buffers, weights, grants, messages, stop) -> None:
     """Process entry point.
 
@@ -201,7 +192,6 @@ def run_actor(actor_id: int, cfg: ActorConfig, buffers, weights, grants, message
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     die_with_parent()
     torch.set_num_threads(1)
-    os.nice(NICENESS)
     try:
         _actor_loop(actor_id, cfg, buffers, weights, grants, messages, stop)
     except (BrokenPipeError, EOFError):
