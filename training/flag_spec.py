@@ -300,9 +300,9 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
               "Whose V(x_t) the GAE advantages read: the learner's, recomputed once per batch "
               "with the current weights (one forward pass over the batch), or the actor's, "
               "stored with each step by the behaviour weights, about one update old "
-              "(CleanRL's and RLlib's way; no pass: about 15% of a Pong update on 2 cores, "
-              "but Pong learned slower per frame with it); auto: learner. V-trace "
-              "advantages always recompute."),
+              "(CleanRL's and RLlib's way; no pass: about 15% of a Pong update alone, but "
+              "no faster in a 2-core run, where the learner then waits for the actors); "
+              "auto: learner. V-trace advantages always recompute."),
         # a made Config holds gae or vtrace (make_config resolves auto)
         _enum("ppo_advantage", "auto", ("auto", "gae", "vtrace"),
               "Advantages of ppo/truly_ppo; auto: gae when the queue is the only replay, vtrace "
