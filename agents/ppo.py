@@ -181,16 +181,15 @@ class PPOAgent(Agent):
         ratio to mu V-trace weighs by) is the current policy, or `policy_logits`
         [T+1, B, P] if given. GAE with `values="actor"` reads the batch's stored
         "value" [T+1, B] instead and runs no model: pi's params are then the
-        behaviour's (no caller reads them)."""
+        behaviour's unless given (GAE reads none)."""
         cfg = self.cfg
-        rewards, discounts = transition_targets(batch, cfg)
         if cfg.advantage == "gae" and cfg.values == "actor":
-            values = batch["value"]
-            adv = gae(rewards, discounts, values[:-1], values[-1], cfg.gae_lambda)
-            return adv, adv + values[:-1], values[:-1], batch["logits"]
-        logits, values, _ = self.unroll(batch, *unroll_start(self.model, batch))
+            logits, values = batch["logits"], batch["value"]
+        else:
+            logits, values, _ = self.unroll(batch, *unroll_start(self.model, batch))
         if policy_logits is not None:
             logits = policy_logits
+        rewards, discounts = transition_targets(batch, cfg)
         if cfg.advantage == "vtrace":
             vt = vtrace.from_logits(
                 behaviour_policy_logits=batch["logits"][:-1], target_policy_logits=logits[:-1],

@@ -341,12 +341,10 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
         v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) \
             and v["agent"] != "impact" else "vtrace"
-    if v["ppo_advantage"] == "vtrace" and v.get("gae_values") == "actor":
-        if "gae_values" not in auto:
-            return None, ["--gae_values: the actor's values serve GAE only, and these "
-                          "advantages are V-trace's (--ppo_advantage, or replays other than "
-                          "the queue); leave the flag out or pass learner"]
-        v["gae_values"] = "learner"  # V-trace corrects against the current critic
+    if v["ppo_advantage"] == "vtrace" and v["gae_values"] == "actor":  # auto is learner
+        return None, ["--gae_values: the actor's values serve GAE only, and these "
+                      "advantages are V-trace's (--ppo_advantage, or replays other than "
+                      "the queue); leave the flag out or pass learner"]
     return Config(**{name: v[name] for name in config_fields()},
                   env_kind=family.name, replay_specs=tuple(replays),
                   n_envs=v["worker_count"] * v["envs_per_worker"],
