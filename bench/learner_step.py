@@ -34,6 +34,7 @@ sys.path.insert(0, ROOT)
 
 from bench.throughput import synthetic_batch  # noqa: E402
 from option_flags import default_values  # noqa: E402
+from training.allocator import keep_freed_memory  # noqa: E402
 from training.config import make_config  # noqa: E402
 from training.factory import make_agent  # noqa: E402
 from wrappers.envs import env_info  # noqa: E402
@@ -67,6 +68,7 @@ def synchronize(device: torch.device) -> None:
 
 
 def main() -> None:
+    keep_freed_memory()  # as each learner's process does (training/factory.py)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--env", default="PongNoFrameskip-v4")
     ap.add_argument("--agent", default=None, help="default: the env family's")

@@ -27,6 +27,7 @@ from replay.config import match_saved_states, parse_replay_parameters
 from replay.mixer import BatchMixer, build_replays
 from replay.shared import shared_entry
 from replay.storage_replay import StorageReplay
+from training.allocator import keep_freed_memory
 from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
 from training.data_parallel import GroupPacer, ProcessGroup, actor_share, rank_device
@@ -174,6 +175,8 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
     policies = policies or [cfg]
     torch.manual_seed(cfg.seed)
     torch.set_num_threads(cfg.learner_threads)
+    if not cfg.serial:  # the serial mode's actors step in this process: they keep glibc's
+        keep_freed_memory()  # defaults, as actor processes do (training/allocator.py)
     info = plan.info
     slots = SlotPool(plan.spec, num_slots=plan.num_slots)
     if cfg.backend == "ray":
