@@ -1,6 +1,7 @@
 """training/allocator.py: a learner's process reuses the blocks it frees instead of
-faulting them in again, and the processes it starts keep glibc's defaults. Each case
-runs in a fresh interpreter (a process's malloc settings cannot be undone)."""
+faulting them in again, the processes it starts keep glibc's defaults, and a user's
+own setting stands. Each case runs in a fresh interpreter (a process's malloc
+settings cannot be undone)."""
 
 import json
 import os
@@ -58,8 +59,8 @@ print(json.dumps({{"taken": taken, "faults": sum(faults[2:]), "child": json.load
 """
 
 
-def probe(how: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in NAMES}
+def probe(how: str, user: dict[str, str] | None = None) -> dict:
+    env = {**{k: v for k, v in os.environ.items() if k not in NAMES}, **(user or {})}
     out = subprocess.run([sys.executable, "-c", PROBE.format(root=ROOT, how=how, names=NAMES)],
                          capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -75,3 +76,12 @@ def test_a_learners_process_reuses_freed_blocks_and_its_children_keep_the_defaul
     assert called["faults"] < pages and driver["faults"] < pages  # the same block, reused
     for out in (default, called, driver, serial):  # the environment is not touched
         assert out["child"] == dict.fromkeys(NAMES)
+
+
+def test_a_users_own_threshold_stands():
+    pages = 64 * 2**20 // os.sysconf("SC_PAGE_SIZE")
+    mine = {"MALLOC_MMAP_THRESHOLD_": str(4 * 2**20)}
+    out = probe("call", mine)
+    assert out["taken"] is False
+    assert out["faults"] >= 5 * pages  # 4 MiB: every 64 MiB block is mmapped, as asked
+    assert out["child"] == {**dict.fromkeys(NAMES), **mine}
