@@ -210,8 +210,8 @@ FAMILIES = (
         # Learning); Sample Factory's Atari defaults for it: rollouts of 128 steps, 8
         # per batch (4 minibatches of 256), a constant learning rate; 3 epochs, not 4:
         # 1.16-1.19x the frames/s on 2 cores, and Pong's 18 at 1.95-2.19M frames over 3
-        # seeds, within the 4-epoch seeds' 1.70-2.65M; within 2.5M frames in 3 of 5
-        # 3-epoch runs (seed 0 stalled in 2 of 3), 6 of 9 with 4 (docs: results.md)
+        # seeds, within the 4-epoch seeds' 1.70-2.65M; within 2.5M frames in 4 of 6
+        # 3-epoch runs (seed 0 stalled in 2 of 4), 6 of 9 with 4 (docs: results.md)
         agent="ppo", ppo_constant_lr=True,
         # impala with both normalisations reached 18 on Pong at 3.85M frames (seed
         # 0); without, mean-100 0 took 8.48M and 18 was not reached in 10M
