@@ -55,7 +55,7 @@ for _ in range(12):
     faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 child = subprocess.run([sys.executable, "-c", "import os, json; print(json.dumps("
                         "{{n: os.environ.get(n) for n in {names!r}}}))"],
-                       capture_output=True, text=True, check=True).stdout
+                       capture_output=True, text=True, check=True, timeout=60).stdout
 print(json.dumps({{"taken": taken, "faults": sum(faults[2:]), "child": json.loads(child)}}))
 """
 
