@@ -145,6 +145,12 @@ def test_gae_reads_the_actors_values_only_when_asked_and_never_under_v_trace():
     values, explicit = option_flags.flag_values()
     cfg, errors = make_config(merge_saved(values, explicit, saved))
     assert not errors and (cfg.ppo_advantage, cfg.gae_values) == ("vtrace", "learner")
+    # a new mix that keeps GAE keeps the saved choice
+    flags.FLAGS.unparse_flags()
+    flags.FLAGS(["main.py", "--op_mode=train_w_load", "--load_model_url=/x", "--replays=queue"])
+    values, explicit = option_flags.flag_values()
+    cfg, errors = make_config(merge_saved(values, explicit, saved), given=explicit)
+    assert not errors and (cfg.ppo_advantage, cfg.gae_values) == ("gae", "actor")
 
 
 def test_box_actions_get_the_continuous_family_and_cleanrls_ppo_settings():

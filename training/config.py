@@ -341,6 +341,9 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["ppo_advantage"] == "auto":  # off-policy data wants V-trace's corrections
         v["ppo_advantage"] = "gae" if all(r.type == "queue" for r in replays) \
             and v["agent"] != "impact" else "vtrace"
+    if v["ppo_advantage"] == "vtrace" and v["gae_values"] == "actor" \
+            and v["op_mode"] == "train_w_load" and "gae_values" not in given:
+        v["gae_values"] = "learner"  # a resumed run's saved choice, before its new mix
     if v["ppo_advantage"] == "vtrace" and v["gae_values"] == "actor":  # auto is learner
         return None, ["--gae_values: the actor's values serve GAE only, and these "
                       "advantages are V-trace's (--ppo_advantage, or replays other than "
@@ -370,15 +373,16 @@ def merge_saved(values: dict, explicit: set[str], saved: dict) -> dict:
     """Flag priority: given on the command line (`explicit`; multi_train.py passes its
     overrides there too) > saved in the checkpoint (`saved`; `SAVED_BEFORE` for keys
     older checkpoints lack) > defaults (`values`). A mix given anew (`--replays` or
-    `--replay_parameters`) re-derives `--ppo_advantage` and `--gae_values` unless
-    they are given too: the checkpoint holds the values derived from the old mix."""
+    `--replay_parameters`) re-derives `--ppo_advantage` unless it is given too: the
+    checkpoint holds the value derived from the old mix. A saved `--gae_values=actor`
+    stands where the new mix keeps GAE, and becomes learner where its advantages are
+    V-trace's (make_config)."""
     saved = {**SAVED_BEFORE, **saved}
     merged = dict(values)
     for name, value in saved.items():
         if name in merged and name not in explicit and name not in PER_INVOCATION:
             merged[name] = value
     if {"replays", "replay_parameters"} & explicit:  # re-derived from the new mix
-        for name, auto in (("ppo_advantage", "auto"), ("gae_values", None)):
-            if name not in explicit:
-                merged[name] = auto
+        if "ppo_advantage" not in explicit:
+            merged["ppo_advantage"] = "auto"
     return merged
