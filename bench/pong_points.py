@@ -1,0 +1,157 @@
+"""Which points of a Pong game a saved policy loses, as JSON: where a run's last points go.
+
+    python -m bench.pong_points --checkpoint=results/<run> [--games=24] [--policy=greedy]
+                                [--noop_threshold=30] [--seed=0]
+    python -m bench.pong_points --tracker_offset=4 --tracker_wait=45 [--games=1]
+
+With --checkpoint: whole games of PongNoFrameskip-v4 (test mode's env options, but
+`--noop_threshold` as given: 0 makes every game start alike) on 8 envs, actions
+sampled from the policy or (`--policy=greedy`) its most likely one. For each point of
+a game (index 0 = the game's first) it counts how often the agent lost it
+(`lost_by_point`), and for each loss of a first point the env step of the game at
+which it fell (`first_point_lost_at_step`). Games still running when the quota is
+met are not counted.
+
+With --tracker_offset: no policy, but a paddle that follows the ball by the emulator's
+RAM (ball y at byte 54, the agent's paddle at byte 51): after `--tracker_wait` env
+steps of no-ops it moves the paddle down when the ball is below paddle + offset, up
+when above it by more than 4, on one env with no no-op starts. It tells whether a
+point can be returned at all from where the game puts it; `points` lists each point
+as (env step, +1 won or -1 lost).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from agents.networks import step_model  # noqa: E402
+from training.checkpoint import acting_weights, load_checkpoint  # noqa: E402
+from training.config import env_options  # noqa: E402
+from training.evaluate import trained_model  # noqa: E402
+from wrappers.envs import make_batched_env  # noqa: E402
+
+ENV_ID = "PongNoFrameskip-v4"
+NUM_ENVS = 8
+BALL_Y, PADDLE_Y = 54, 51  # Pong's RAM bytes
+NOOP, UP, DOWN = 0, 2, 3  # Pong's minimal action set: RIGHT moves the paddle up
+
+
+def play_points(act, env, games: int) -> dict:
+    """Play `games` whole games on the batched `env` with `act(obs, starts) -> actions`
+    (uint8 [E, stack, 84, 84], bool [E] -> int [E]); the points the games lost, by index."""
+    n = env.num_envs
+    obs, starts = env.reset(), np.ones(n, dtype=bool)
+    steps = np.zeros(n, dtype=np.int64)
+    points: list[list[tuple[int, float]]] = [[] for _ in range(n)]  # (env step, reward)
+    lost: dict[int, int] = {}
+    first_lost_at: list[int] = []
+    returns: list[float] = []
+    while len(returns) < games:
+        step = env.step(act(obs, starts))
+        obs, starts = step.obs, step.terminated | step.truncated
+        steps += 1
+        for i in np.flatnonzero(step.reward):
+            points[i].append((int(steps[i]), float(step.reward[i])))
+        for i, ret, _ in step.episodes:
+            if len(returns) < games:
+                assert sum(r for _, r in points[i]) == ret, "the points do not add up"
+                returns.append(float(ret))
+                for k, (t, r) in enumerate(points[i]):
+                    if r < 0:
+                        lost[k] = lost.get(k, 0) + 1
+                        if k == 0:
+                            first_lost_at.append(t)
+            points[i], steps[i] = [], 0
+    return {"games": len(returns), "mean": float(np.mean(returns)), "returns": returns,
+            "lost_by_point": dict(sorted(lost.items())),
+            "first_point_lost_at_step": first_lost_at}
+
+
+def policy_act(checkpoint: dict, greedy: bool, seed: int):
+    """The saved policy as `act(obs, starts)`: one forward pass per env step."""
+    model = trained_model(checkpoint["env_info"], checkpoint["config"])
+    model.load_state_dict(acting_weights(checkpoint))
+    model.eval()
+    gen = torch.Generator().manual_seed(seed)
+    state = [model.initial_state(NUM_ENVS)]
+
+    def act(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            logits, _, _, state[0] = step_model(model, torch.from_numpy(obs), state[0],
+                                                torch.from_numpy(starts))
+            policy = model.distribution(logits)
+            return (policy.mode() if greedy else policy.sample(gen)).numpy()
+    return act
+
+
+def tracker_points(offset: int, wait: int, max_points: int) -> list[tuple[int, int]]:
+    """One game's first `max_points` points for the RAM tracker: (env step, +1 or -1)."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    env = gym.make(ENV_ID)  # no frameskip: 4 frames an env step, by hand
+    env.reset(seed=0)
+    ale = env.unwrapped.ale
+    t, points, over = 0, [], False
+    while len(points) < max_points and not over:
+        ram = ale.getRAM()
+        ball, paddle = int(ram[BALL_Y]), int(ram[PADDLE_Y]) + offset
+        action = NOOP if t < wait else DOWN if ball > paddle else UP if ball < paddle - 4 else NOOP
+        reward = 0.0
+        for _ in range(4):
+            _, r, terminated, truncated, _ = env.step(action)
+            reward += float(r)
+            over = over or terminated or truncated
+        t += 1
+        if reward:
+            points.append((t, int(np.sign(reward))))
+    env.close()
+    return points
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--checkpoint", help="a run directory or a checkpoint file of a Pong run")
+    p.add_argument("--games", type=int, default=24)
+    p.add_argument("--policy", choices=("greedy", "sample"), default="greedy")
+    p.add_argument("--noop_threshold", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--tracker_offset", type=int, help="play the RAM tracker, not a policy")
+    p.add_argument("--tracker_wait", type=int, default=0)
+    a = p.parse_args(argv)
+    if a.tracker_offset is not None:
+        points = tracker_points(a.tracker_offset, a.tracker_wait, max_points=a.games * 21)
+        print(json.dumps({"tracker_offset": a.tracker_offset, "tracker_wait": a.tracker_wait,
+                          "points": points}))
+        return 0
+    if a.checkpoint is None:
+        p.error("--checkpoint: name a Pong run directory or checkpoint (or give --tracker_offset)")
+    checkpoint = load_checkpoint(a.checkpoint)
+    if checkpoint["config"]["env"] != ENV_ID:
+        p.error(f"--checkpoint: a run of {checkpoint['config']['env']}, not of {ENV_ID}")
+    torch.set_num_threads(1)
+    options = dataclasses.replace(env_options(checkpoint["config"], training=False),
+                                  noop_threshold=a.noop_threshold)
+    env = make_batched_env(ENV_ID, NUM_ENVS, options, a.seed)
+    try:
+        out = play_points(policy_act(checkpoint, a.policy == "greedy", a.seed), env, a.games)
+    finally:
+        env.close()
+    print(json.dumps({"checkpoint": a.checkpoint, "policy": a.policy,
+                      "noop_threshold": a.noop_threshold, **out}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""bench/pong_points.py: a game's points add up to its score, the losses are counted by
+point, and the RAM tracker returns Pong's opening serve (the point every trained policy
+of the results page loses)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from bench.pong_points import ENV_ID, NUM_ENVS, play_points, policy_act, tracker_points
+from option_flags import default_values
+from training.config import make_config
+from wrappers.envs import env_info, make_batched_env
+
+
+def _untrained_checkpoint() -> dict:
+    """What `policy_act` reads of a checkpoint, for Pong's default model, untrained."""
+    cfg, errors = make_config(default_values(env=ENV_ID))
+    assert not errors
+    shapes = env_info(ENV_ID, cfg.env_options())
+    model = cfg.model_spec(shapes).build()
+    return {"env_info": dataclasses.asdict(shapes), "config": cfg.to_dict(),
+            "policies": [{"agent": {"model": model.state_dict()}}]}
+
+
+def test_the_points_lost_add_up_to_the_scores():
+    cfg, _ = make_config(default_values(env=ENV_ID))
+    env = make_batched_env(ENV_ID, 2, cfg.env_options(training=False), seed=0)
+    rng = np.random.default_rng(0)
+    try:
+        out = play_points(lambda obs, starts: rng.integers(0, 6, len(obs)), env, games=2)
+    finally:
+        env.close()
+    assert out["games"] == 2 and len(out["returns"]) == 2
+    # a game ends at 21: the loser lost 21 points, the winner 21 - its margin
+    expected = sum(21 if r < 0 else 21 - r for r in out["returns"])
+    assert sum(out["lost_by_point"].values()) == expected
+    assert len(out["first_point_lost_at_step"]) == out["lost_by_point"].get(0, 0)
+    assert all(0 < t < 500 for t in out["first_point_lost_at_step"])
+
+
+def test_a_saved_policy_acts_on_every_env():
+    cfg, _ = make_config(default_values(env=ENV_ID))
+    env = make_batched_env(ENV_ID, NUM_ENVS, cfg.env_options(training=False), seed=0)
+    try:
+        obs = env.reset()
+    finally:
+        env.close()
+    starts = np.ones(NUM_ENVS, dtype=bool)
+    greedy = policy_act(_untrained_checkpoint(), greedy=True, seed=0)
+    actions = greedy(obs, starts)
+    assert actions.shape == (NUM_ENVS,) and ((0 <= actions) & (actions < 6)).all()
+    assert (greedy(obs, starts) == actions).all()
+
+
+def test_the_tracker_returns_the_opening_serve():
+    points = tracker_points(offset=4, wait=45, max_points=1)
+    assert points and points[0][1] == 1, points  # the first point won: it can be returned
+    assert points[0][0] > 64  # past the step where the trained policies lose it
