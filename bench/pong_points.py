@@ -83,12 +83,13 @@ def policy_act(checkpoint: dict, greedy: bool, seed: int):
     model.load_state_dict(acting_weights(checkpoint))
     model.eval()
     gen = torch.Generator().manual_seed(seed)
-    state = [model.initial_state(NUM_ENVS)]
+    state = model.initial_state(NUM_ENVS)
 
     def act(obs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+        nonlocal state
         with torch.inference_mode():
-            logits, _, _, state[0] = step_model(model, torch.from_numpy(obs), state[0],
-                                                torch.from_numpy(starts))
+            logits, _, _, state = step_model(model, torch.from_numpy(obs), state,
+                                             torch.from_numpy(starts))
             policy = model.distribution(logits)
             return (policy.mode() if greedy else policy.sample(gen)).numpy()
     return act
