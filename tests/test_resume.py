@@ -22,8 +22,9 @@ from training.config import make_config
 from training.factory import build_driver
 from training.plan import make_plan
 from training.run_dir import RunDir, cut_events
-from workers.actor_pool import FinishedRollout, actor_seed
-from wrappers.envs import EnvInfo
+from workers.actor_pool import SEED_SPACE, FinishedRollout, actor_seed
+from wrappers.batched import EnvOptions
+from wrappers.envs import EnvInfo, make_batched_env
 
 QUEUE = '{"type": "queue", "capacity": 1, "sample_ratio": %s}'
 STANDARD = '{"type": "standard", "capacity": %d, "sample_ratio": %s}'
@@ -156,6 +157,19 @@ def test_actor_seeds_differ_by_actor_restart_and_resume():
     seeds = {actor_seed(7, a, i, r) for a in range(20) for i in range(20) for r in range(20)}
     assert len(seeds) == 20 ** 3
     assert actor_seed(7, 0, 0, 0) == 7 + 0  # an unresumed run keeps its old seeds
+
+
+@pytest.mark.parametrize("env_id", ["PongNoFrameskip-v4", "MinAtar/Breakout-v1"])
+def test_envs_take_the_seeds_of_a_run_resumed_many_times(env_id):
+    # A third resume gave seeds above 2**31, which ALE refused: every actor died at reset.
+    seeds = [actor_seed(s, a, 0, r) for s in (0, 2**40) for a in range(4) for r in range(12)]
+    assert all(0 <= x < SEED_SPACE for x in seeds)
+    assert len(set(seeds)) == len(seeds)
+    env = make_batched_env(env_id, 2, EnvOptions(), seed=max(seeds))
+    try:
+        assert env.reset().shape[0] == 2
+    finally:
+        env.close()
 
 
 def test_a_resumed_run_counts_its_resumes_and_seeds_its_actors_by_them(tmp_path):

@@ -39,12 +39,18 @@ class FinishedRollout(NamedTuple):
     policy_id: int = 0
 
 
+SEED_SPACE = 2**31 - 2**20
+"""Actor seeds lie in [0, SEED_SPACE): ALE takes a seed below 2**31 (and MinAtar's
+NumPy one below 2**32), and an actor's envs take seed + k, k < 2**20."""
+
+
 def actor_seed(seed: int, actor_id: int, incarnation: int, resumes: int) -> int:
     """The seed of an actor's envs and action sampling: different for every actor, each
     of its restarts (incarnation) and each resume of the run, so no random stream is
     replayed (distinct while actor_id < 99 and incarnation < 999; its envs take
-    seed + k)."""
-    return seed + 10_007 * actor_id + 1_000_003 * incarnation + 1_000_000_007 * resumes
+    seed + k), and inside `SEED_SPACE` however often the run is resumed."""
+    return (seed + 10_007 * actor_id + 1_000_003 * incarnation
+            + 1_000_000_007 * resumes) % SEED_SPACE
 
 
 def per_policy(x) -> list:
