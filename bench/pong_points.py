@@ -18,6 +18,16 @@ steps of no-ops it moves the paddle down when the ball is below paddle + offset,
 when above it by more than 4, on one env with no no-op starts. It tells whether a
 point can be returned at all from where the game puts it; `points` lists each point
 as (env step, +1 won or -1 lost).
+
+With --checkpoint and --trace_points=N: one game's first N points played greedily by
+the policy on gymnasium's `AtariPreprocessing` (84x84 grayscale, frameskip 4 with
+max-pooling, no no-ops) and a 4-frame stack, FIRE once after the reset (as ale-py's
+fire reset). The frames are close to, not the same as, the training envs' (ale-py's
+vector env); the RAM is read at each step. `trace` lists each env step as
+[step, ball x, ball y, paddle y, action, p(up), p(down), value]: p(up) sums RIGHT and
+RIGHTFIRE, p(down) LEFT and LEFTFIRE, value is the critic's output (normalised units
+where the run normalises returns). `--hold_down=K` plays DOWN for the first K steps
+before the policy takes over.
 """
 
 from __future__ import annotations
@@ -42,8 +52,8 @@ from wrappers.envs import make_batched_env  # noqa: E402
 
 ENV_ID = "PongNoFrameskip-v4"
 NUM_ENVS = 8
-BALL_Y, PADDLE_Y = 54, 51  # Pong's RAM bytes
-NOOP, UP, DOWN = 0, 2, 3  # Pong's minimal action set: RIGHT moves the paddle up
+BALL_X, BALL_Y, PADDLE_Y = 49, 54, 51  # Pong's RAM bytes
+NOOP, FIRE, UP, DOWN = 0, 1, 2, 3  # Pong's minimal action set: RIGHT moves the paddle up
 
 
 def play_points(act, env, games: int) -> dict:
@@ -95,6 +105,42 @@ def policy_act(checkpoint: dict, greedy: bool, seed: int):
     return act
 
 
+def policy_trace(checkpoint: dict, points: int, hold_down: int = 0) -> dict:
+    """The first `points` points of one greedy game, step by step (see the module's
+    docstring): {"points": [(env step, +1 or -1)], "trace": [[step, ball x, ball y,
+    paddle y, action, p(up), p(down), value], ...]}."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    model = trained_model(checkpoint["env_info"], checkpoint["config"])
+    model.load_state_dict(acting_weights(checkpoint))
+    model.eval()
+    env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(
+        gym.make(ENV_ID), noop_max=0, frame_skip=4), 4)
+    obs, _ = env.reset(seed=0)
+    obs, *_ = env.step(FIRE)
+    ale, state = env.unwrapped.ale, model.initial_state(1)
+    t, out, trace, over = 0, [], [], False
+    while len(out) < points and not over:
+        with torch.inference_mode():
+            logits, value, _, state = step_model(model, torch.from_numpy(np.asarray(obs)[None]),
+                                                 state, torch.tensor([t == 0]))
+        p = torch.softmax(logits.float(), -1).reshape(-1)
+        action = DOWN if t < hold_down else int(p.argmax())
+        ram = ale.getRAM()
+        trace.append([t, int(ram[BALL_X]), int(ram[BALL_Y]), int(ram[PADDLE_Y]), action,
+                      round(float(p[2] + p[4]), 3), round(float(p[3] + p[5]), 3),
+                      round(float(value.reshape(-1)[0]), 3)])
+        obs, reward, terminated, truncated, _ = env.step(action)
+        over = terminated or truncated
+        if reward:
+            out.append((t, int(np.sign(reward))))
+        t += 1
+    env.close()
+    return {"points": out, "trace": trace}
+
+
 def tracker_points(offset: int, wait: int, max_points: int) -> list[tuple[int, int]]:
     """One game's first `max_points` points for the RAM tracker: (env step, +1 or -1)."""
     import ale_py
@@ -130,6 +176,8 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tracker_offset", type=int, help="play the RAM tracker, not a policy")
     p.add_argument("--tracker_wait", type=int, default=0)
+    p.add_argument("--trace_points", type=int, help="trace one greedy game's first N points")
+    p.add_argument("--hold_down", type=int, default=0, help="with --trace_points: DOWN first")
     a = p.parse_args(argv)
     if a.tracker_offset is not None:
         points = tracker_points(a.tracker_offset, a.tracker_wait, max_points=a.games * 21)
@@ -142,6 +190,10 @@ def main(argv=None) -> int:
     if checkpoint["config"]["env"] != ENV_ID:
         p.error(f"--checkpoint: a run of {checkpoint['config']['env']}, not of {ENV_ID}")
     torch.set_num_threads(1)
+    if a.trace_points is not None:
+        out = policy_trace(checkpoint, a.trace_points, a.hold_down)
+        print(json.dumps({"checkpoint": a.checkpoint, "hold_down": a.hold_down, **out}))
+        return 0
     options = dataclasses.replace(env_options(checkpoint["config"], training=False),
                                   noop_threshold=a.noop_threshold)
     env = make_batched_env(ENV_ID, NUM_ENVS, options, a.seed)

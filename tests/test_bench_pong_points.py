@@ -8,7 +8,15 @@ import dataclasses
 
 import numpy as np
 
-from bench.pong_points import ENV_ID, NUM_ENVS, play_points, policy_act, tracker_points
+from bench.pong_points import (
+    DOWN,
+    ENV_ID,
+    NUM_ENVS,
+    play_points,
+    policy_act,
+    policy_trace,
+    tracker_points,
+)
 from option_flags import default_values
 from training.config import make_config
 from wrappers.envs import env_info, make_batched_env
@@ -58,3 +66,18 @@ def test_the_tracker_returns_the_opening_serve():
     points = tracker_points(offset=4, wait=45, max_points=1)
     assert points and points[0][1] == 1, points  # the first point won: it can be returned
     assert points[0][0] > 64  # past the step where the trained policies lose it
+
+
+def test_the_trace_follows_the_paddle_and_the_ball_by_the_ram():
+    out = policy_trace(_untrained_checkpoint(), points=1, hold_down=20)
+    (step, reward), = out["points"]
+    trace = np.array(out["trace"])
+    assert len(trace) == step + 1 and reward in (-1, 1)
+    assert (trace[:, 0] == np.arange(step + 1)).all()
+    assert (trace[:20, 4] == DOWN).all()
+    paddle = trace[:, 3]
+    assert paddle[0] < 150 <= paddle[20] and paddle[20] >= paddle[:20].max()  # DOWN lowered it
+    ball_x = trace[trace[:, 2] > 0, 1]
+    assert ball_x.max() - ball_x.min() > 80  # the ball crossed the court before the point
+    p_up, p_down = trace[:, 5], trace[:, 6]
+    assert ((p_up >= 0) & (p_down >= 0) & (p_up + p_down <= 1.0 + 1e-3)).all()
