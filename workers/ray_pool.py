@@ -37,7 +37,13 @@ import numpy as np
 import torch
 
 from workers.actor import ActorConfig, Roller
-from workers.actor_pool import ActorFailure, ActorPoolBase, FinishedRollout, actor_seed
+from workers.actor_pool import (
+    SEED_SPACE,
+    ActorFailure,
+    ActorPoolBase,
+    FinishedRollout,
+    actor_seed,
+)
 from workers.codec import pack_frames, unpack_frames
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,7 +72,8 @@ class RayRoller:
 
         torch.set_num_threads(1)
         if ray.get_runtime_context().was_current_actor_reconstructed:  # a restart: new streams
-            cfg = dataclasses.replace(cfg, seed=cfg.seed + 1_000_003 * (1 + os.getpid() % 997))
+            seed = (cfg.seed + 1_000_003 * (1 + os.getpid() % 997)) % SEED_SPACE
+            cfg = dataclasses.replace(cfg, seed=seed)
         self.cfg = cfg
         self.pixel_stack = pixel_stack
         self.weights = HeldWeights()
