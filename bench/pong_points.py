@@ -3,6 +3,7 @@
     python -m bench.pong_points --checkpoint=results/<run> [--games=24] [--policy=greedy]
                                 [--noop_threshold=30] [--seed=0]
     python -m bench.pong_points --tracker_offset=4 --tracker_wait=45 [--games=1]
+    python -m bench.pong_points --checkpoint=results/<run> --trace_points=1 [--hold_down=40]
 
 With --checkpoint: whole games of PongNoFrameskip-v4 (test mode's env options, but
 `--noop_threshold` as given: 0 makes every game start alike) on 8 envs, actions
@@ -20,14 +21,16 @@ point can be returned at all from where the game puts it; `points` lists each po
 as (env step, +1 won or -1 lost).
 
 With --checkpoint and --trace_points=N: one game's first N points played greedily by
-the policy on gymnasium's `AtariPreprocessing` (84x84 grayscale, frameskip 4 with
-max-pooling, no no-ops) and a 4-frame stack, FIRE once after the reset (as ale-py's
-fire reset). The frames are close to, not the same as, the training envs' (ale-py's
-vector env); the RAM is read at each step. `trace` lists each env step as
-[step, ball x, ball y, paddle y, action, p(up), p(down), value]: p(up) sums RIGHT and
-RIGHTFIRE, p(down) LEFT and LEFTFIRE, value is the critic's output (normalised units
-where the run normalises returns). `--hold_down=K` plays DOWN for the first K steps
-before the policy takes over.
+the policy, the emulator's RAM read at every env step. The env is gymnasium's
+`AtariPreprocessing` (no no-ops) with a zero-padded frame stack and one frame of FIRE
+after the reset: frame for frame the training envs' observations (ale-py's vector env)
+at `--noop_threshold=0`. `points` lists (env step, +1 or -1), steps counted from 1 as
+above; `trace` lists each env step as [step, ball x, ball y, paddle y, action, p(up),
+p(down), value]. Heights are the RAM's: they grow downward, from 38 (the paddle
+against the top wall) to 203 (against the bottom one). p(up) sums RIGHT and RIGHTFIRE,
+p(down) LEFT and LEFTFIRE (the rest is NOOP and FIRE); value is the critic's, in
+return units. `--hold_down=K` plays DOWN for the first K steps (the odds listed for
+them are the policy's, not played) before the policy takes over.
 """
 
 from __future__ import annotations
@@ -53,7 +56,8 @@ from wrappers.envs import make_batched_env  # noqa: E402
 ENV_ID = "PongNoFrameskip-v4"
 NUM_ENVS = 8
 BALL_X, BALL_Y, PADDLE_Y = 49, 54, 51  # Pong's RAM bytes
-NOOP, FIRE, UP, DOWN = 0, 1, 2, 3  # Pong's minimal action set: RIGHT moves the paddle up
+# Pong's minimal action set: RIGHT moves the paddle up, LEFT down
+NOOP, FIRE, UP, DOWN, UP_FIRE, DOWN_FIRE = range(6)
 
 
 def play_points(act, env, games: int) -> dict:
@@ -105,38 +109,54 @@ def policy_act(checkpoint: dict, greedy: bool, seed: int):
     return act
 
 
+def trace_env(options):
+    """One PongNoFrameskip-v4 whose observations are those of `make_batched_env` with
+    `options` and no no-ops, frame for frame, and whose RAM can be read:
+    `env.unwrapped.ale.getRAM()`."""
+    import ale_py
+    import gymnasium as gym
+
+    class FireOnReset(gym.Wrapper):
+        """One frame of FIRE after a reset, as ale-py's vector env presses it."""
+
+        def reset(self, **kwargs):
+            out = self.env.reset(**kwargs)
+            self.env.unwrapped.ale.act(ale_py.Action.FIRE)
+            return out
+
+    gym.register_envs(ale_py)
+    return gym.wrappers.FrameStackObservation(
+        gym.wrappers.AtariPreprocessing(FireOnReset(gym.make(ENV_ID)), noop_max=0,
+                                        frame_skip=options.skipped_frames),
+        options.frames_stacked, padding_type="zero")
+
+
 def policy_trace(checkpoint: dict, points: int, hold_down: int = 0) -> dict:
     """The first `points` points of one greedy game, step by step (see the module's
     docstring): {"points": [(env step, +1 or -1)], "trace": [[step, ball x, ball y,
     paddle y, action, p(up), p(down), value], ...]}."""
-    import ale_py
-    import gymnasium as gym
-
-    gym.register_envs(ale_py)
     model = trained_model(checkpoint["env_info"], checkpoint["config"])
     model.load_state_dict(acting_weights(checkpoint))
     model.eval()
-    env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(
-        gym.make(ENV_ID), noop_max=0, frame_skip=4), 4)
+    env = trace_env(env_options(checkpoint["config"], training=False))
     obs, _ = env.reset(seed=0)
-    obs, *_ = env.step(FIRE)
     ale, state = env.unwrapped.ale, model.initial_state(1)
-    t, out, trace, over = 0, [], [], False
+    step, out, trace, over = 0, [], [], False
     while len(out) < points and not over:
         with torch.inference_mode():
             logits, value, _, state = step_model(model, torch.from_numpy(np.asarray(obs)[None]),
-                                                 state, torch.tensor([t == 0]))
+                                                 state, torch.tensor([step == 0]))
         p = torch.softmax(logits.float(), -1).reshape(-1)
-        action = DOWN if t < hold_down else int(p.argmax())
+        action = DOWN if step < hold_down else int(p.argmax())
+        step += 1
         ram = ale.getRAM()
-        trace.append([t, int(ram[BALL_X]), int(ram[BALL_Y]), int(ram[PADDLE_Y]), action,
-                      round(float(p[2] + p[4]), 3), round(float(p[3] + p[5]), 3),
+        trace.append([step, int(ram[BALL_X]), int(ram[BALL_Y]), int(ram[PADDLE_Y]), action,
+                      round(float(p[UP] + p[UP_FIRE]), 3), round(float(p[DOWN] + p[DOWN_FIRE]), 3),
                       round(float(value.reshape(-1)[0]), 3)])
         obs, reward, terminated, truncated, _ = env.step(action)
         over = terminated or truncated
         if reward:
-            out.append((t, int(np.sign(reward))))
-        t += 1
+            out.append((step, int(np.sign(reward))))
     env.close()
     return {"points": out, "trace": trace}
 
@@ -172,7 +192,7 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", help="a run directory or a checkpoint file of a Pong run")
     p.add_argument("--games", type=int, default=24)
     p.add_argument("--policy", choices=("greedy", "sample"), default="greedy")
-    p.add_argument("--noop_threshold", type=int, default=30)
+    p.add_argument("--noop_threshold", type=int, help="no-ops at a reset, up to (30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--tracker_offset", type=int, help="play the RAM tracker, not a policy")
     p.add_argument("--tracker_wait", type=int, default=0)
@@ -186,6 +206,12 @@ def main(argv=None) -> int:
         return 0
     if a.checkpoint is None:
         p.error("--checkpoint: name a Pong run directory or checkpoint (or give --tracker_offset)")
+    if a.hold_down and a.trace_points is None:
+        p.error("--hold_down: only with --trace_points")
+    if a.trace_points is not None and (a.policy != "greedy" or a.noop_threshold or a.seed):
+        p.error("--trace_points: one greedy game without no-ops; leave out --policy, "
+                "--noop_threshold and --seed")
+    a.noop_threshold = 30 if a.noop_threshold is None else a.noop_threshold
     checkpoint = load_checkpoint(a.checkpoint)
     if checkpoint["config"]["env"] != ENV_ID:
         p.error(f"--checkpoint: a run of {checkpoint['config']['env']}, not of {ENV_ID}")

@@ -15,6 +15,7 @@ from bench.pong_points import (
     play_points,
     policy_act,
     policy_trace,
+    trace_env,
     tracker_points,
 )
 from option_flags import default_values
@@ -68,12 +69,30 @@ def test_the_tracker_returns_the_opening_serve():
     assert points[0][0] > 64  # past the step where the trained policies lose it
 
 
+def test_the_trace_env_shows_what_the_training_env_shows():
+    cfg, _ = make_config(default_values(env=ENV_ID))
+    options = dataclasses.replace(cfg.env_options(training=False), noop_threshold=0)
+    batched, single = make_batched_env(ENV_ID, 1, options, seed=0), trace_env(options)
+    rng = np.random.default_rng(0)
+    try:
+        obs, (mine, _) = batched.reset(), single.reset(seed=0)
+        assert (obs[0] == np.asarray(mine)).all()
+        for _ in range(300):
+            action = int(rng.integers(0, 6))
+            step = batched.step(np.array([action]))
+            mine, reward, *_ = single.step(action)
+            assert (step.obs[0] == np.asarray(mine)).all() and step.reward[0] == reward
+    finally:
+        batched.close()
+        single.close()
+
+
 def test_the_trace_follows_the_paddle_and_the_ball_by_the_ram():
     out = policy_trace(_untrained_checkpoint(), points=1, hold_down=20)
     (step, reward), = out["points"]
     trace = np.array(out["trace"])
-    assert len(trace) == step + 1 and reward in (-1, 1)
-    assert (trace[:, 0] == np.arange(step + 1)).all()
+    assert len(trace) == step and reward in (-1, 1)
+    assert (trace[:, 0] == np.arange(1, step + 1)).all()
     assert (trace[:20, 4] == DOWN).all()
     paddle = trace[:, 3]
     assert paddle[0] < 150 <= paddle[20] and paddle[20] >= paddle[:20].max()  # DOWN lowered it

@@ -47,8 +47,8 @@ NumPy one below 2**32), and an actor's envs take seed + k, k < 2**20."""
 def actor_seed(seed: int, actor_id: int, incarnation: int, resumes: int) -> int:
     """The seed of an actor's envs and action sampling: different for every actor, each
     of its restarts (incarnation) and each resume of the run, so no random stream is
-    replayed (distinct while actor_id < 99 and incarnation < 999; its envs take
-    seed + k), and inside `SEED_SPACE` however often the run is resumed."""
+    replayed (distinct while actor_id < 99, incarnation < 999 and resumes < 20; its
+    envs take seed + k), and inside `SEED_SPACE` however often the run is resumed."""
     return (seed + 10_007 * actor_id + 1_000_003 * incarnation
             + 1_000_000_007 * resumes) % SEED_SPACE
 
