@@ -48,9 +48,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from agents.networks import step_model  # noqa: E402
-from training.checkpoint import acting_weights, load_checkpoint  # noqa: E402
+from training.checkpoint import load_checkpoint  # noqa: E402
 from training.config import env_options  # noqa: E402
-from training.evaluate import trained_model  # noqa: E402
+from training.evaluate import acting_model  # noqa: E402
 from wrappers.envs import make_batched_env  # noqa: E402
 
 ENV_ID = "PongNoFrameskip-v4"
@@ -93,9 +93,7 @@ def play_points(act, env, games: int) -> dict:
 
 def policy_act(checkpoint: dict, greedy: bool, seed: int):
     """The saved policy as `act(obs, starts)`: one forward pass per env step."""
-    model = trained_model(checkpoint["env_info"], checkpoint["config"])
-    model.load_state_dict(acting_weights(checkpoint))
-    model.eval()
+    model = acting_model(checkpoint)
     gen = torch.Generator().manual_seed(seed)
     state = model.initial_state(NUM_ENVS)
 
@@ -135,9 +133,7 @@ def policy_trace(checkpoint: dict, points: int, hold_down: int = 0) -> dict:
     """The first `points` points of one greedy game, step by step (see the module's
     docstring): {"points": [(env step, +1 or -1)], "trace": [[step, ball x, ball y,
     paddle y, action, p(up), p(down), value], ...]}."""
-    model = trained_model(checkpoint["env_info"], checkpoint["config"])
-    model.load_state_dict(acting_weights(checkpoint))
-    model.eval()
+    model = acting_model(checkpoint)
     env = trace_env(env_options(checkpoint["config"], training=False))
     obs, _ = env.reset(seed=0)
     ale, state = env.unwrapped.ale, model.initial_state(1)

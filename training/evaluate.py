@@ -35,6 +35,13 @@ def trained_model(info: dict, trained: dict):
     return model_spec(info, {**SAVED_BEFORE, **trained}).build()
 
 
+def acting_model(ckpt: dict):
+    """The checkpoint's acting policy (`acting_weights`), loaded, in eval mode."""
+    model = trained_model(ckpt["env_info"], ckpt["config"])
+    model.load_state_dict(acting_weights(ckpt))
+    return model.eval()
+
+
 def _play_quota(model_state, info, trained, env_id, n_envs, episodes, greedy, seed):
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
@@ -83,9 +90,7 @@ def _render_games(cfg: Config, ckpt: dict, run: RunDir, greedy: bool, games: int
                   ) -> list[tuple[float, int]]:
     """Play `games` games on one env, shown or recorded."""
     info, trained = ckpt["env_info"], ckpt["config"]
-    model = trained_model(info, trained)
-    model.load_state_dict(acting_weights(ckpt))
-    model.eval()
+    model = acting_model(ckpt)
     path = None if has_display() else run.file(f"test_video.{cfg.video_format}")
     scale = 4 if len(info["obs_shape"]) == 3 else 1
     video = VideoSink(path, scale=scale)
