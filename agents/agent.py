@@ -63,9 +63,6 @@ class OptimConfig:
     rmsprop_alpha: float = 0.99
     adam_eps: float = 1e-8
     max_grad_norm: float = 0.0  # global gradient-norm clip; 0: off
-    # Adam's fused kernel (one op for every parameter): 8.3 ms against 10.2 a SAC update
-    # on HalfCheetah (2 CPU threads); off for the agents whose runs predate it
-    fused: bool = False
 
     @classmethod
     def of(cls, cfg) -> OptimConfig:
@@ -82,14 +79,32 @@ class OptimConfig:
 
 def build_optimizer(
     params, name: str, lr: float, rmsprop_eps: float, rmsprop_alpha: float = 0.99,
-    adam_eps: float = 1e-8, fused: bool = False,
+    adam_eps: float = 1e-8,
 ) -> torch.optim.Optimizer:
-    """RMSProp (IMPALA's choice) or Adam (with `fused`, its fused kernel)."""
+    """RMSProp (IMPALA's choice) or Adam, which runs its fused kernel: one op a step
+    for all the parameters, the same update as torch's loop over them up to float
+    rounding (tests/test_optimizers.py), and faster (docs/design-notes.md)."""
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=rmsprop_alpha, eps=rmsprop_eps)
     if name == "adam":
-        return torch.optim.Adam(params, lr=lr, eps=adam_eps, fused=fused or None)
+        return torch.optim.Adam(params, lr=lr, eps=adam_eps, fused=True)
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+# how an optimizer computes its step, not what it has learned: a checkpoint's say
+# (Adam's per-parameter loop before the fused kernel) gives way to the optimizer's own
+KERNEL_SETTINGS = ("fused", "foreach")
+
+
+def own_kernel(optimizer: torch.optim.Optimizer, saved: dict) -> dict:
+    """Optimizer state `saved` with `optimizer`'s kernel settings in place of its
+    own, for `optimizer.load_state_dict` (which would otherwise take the saved ones,
+    and moves Adam's step counts where a fused kernel needs them)."""
+    groups = [{**group, **{k: own[k] for k in KERNEL_SETTINGS if k in own}}
+              for group, own in zip(saved["param_groups"], optimizer.param_groups,
+                                    strict=False)]  # a count that differs: torch says so
+    groups += saved["param_groups"][len(groups):]
+    return {**saved, "param_groups": groups}
 
 
 def polynomial_lr(lr: float, lr_end: float, progress: float, power: float = 1.0) -> float:
@@ -134,7 +149,7 @@ class Agent:
         """An optimizer of `params` with its own learning-rate schedule and clip."""
         self.optimizers[name] = build_optimizer(params, optim.optimizer, optim.lr,
                                                 optim.rmsprop_eps, optim.rmsprop_alpha,
-                                                optim.adam_eps, optim.fused)
+                                                optim.adam_eps)
         self.schedules[name] = optim
         return self.optimizers[name]
 
@@ -238,6 +253,6 @@ class Agent:
         by `training.checkpoint.upgrade` before it gets here."""
         self.model.load_state_dict(state["model"])
         for name, optimizer in self.optimizers.items():
-            optimizer.load_state_dict(state["optimizers"][name])
+            optimizer.load_state_dict(own_kernel(optimizer, state["optimizers"][name]))
         for name, target in self.target_networks.items():
             target.load_state_dict(state["targets"][name])

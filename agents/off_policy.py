@@ -212,7 +212,7 @@ class OffPolicyAgent(Agent):
     def optim_configs(cfg) -> tuple[OptimConfig, OptimConfig]:
         """The actor's and the critic's optimizer settings: the critic's lr is --q_lr,
         its schedule the actor's shape (constant, or decaying in the same ratio)."""
-        actor = dataclasses.replace(OptimConfig.of(cfg), fused=cfg.optimizer == "adam")
+        actor = OptimConfig.of(cfg)
         end = cfg.q_lr * actor.lr_end_value / actor.lr if actor.lr > 0 else 0.0
         return actor, dataclasses.replace(actor, lr=cfg.q_lr, lr_end_value=end)
 

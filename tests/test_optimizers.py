@@ -1,0 +1,85 @@
+"""The optimizers (agents/agent.py `build_optimizer`): Adam runs torch's fused
+kernel, and its steps are Adam's (Kingma & Ba, 2015, with torch's eps outside the
+square root) against a NumPy reference in float64; a checkpoint written by the
+per-parameter loop (every run before the fused kernel) resumes on the fused one,
+where the loop would have gone."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+
+from agents.agent import build_optimizer
+from option_flags import default_values
+from tests.test_registry import _batch
+from training.config import make_config
+from training.factory import make_agent
+from wrappers.envs import env_info
+
+
+def numpy_adam(params: list[np.ndarray], grads: list[list[np.ndarray]], lr: float,
+               eps: float, betas=(0.9, 0.999)) -> list[np.ndarray]:
+    """`params` after one Adam step per entry of `grads` (each a gradient per param)."""
+    b1, b2 = betas
+    m = [np.zeros_like(p) for p in params]
+    v = [np.zeros_like(p) for p in params]
+    params = [p.copy() for p in params]
+    for t, step_grads in enumerate(grads, start=1):
+        for i, g in enumerate(step_grads):
+            m[i] = b1 * m[i] + (1 - b1) * g
+            v[i] = b2 * v[i] + (1 - b2) * g * g
+            denom = np.sqrt(v[i]) / np.sqrt(1 - b2 ** t) + eps
+            params[i] -= lr / (1 - b1 ** t) * m[i] / denom
+    return params
+
+
+def test_adam_is_fused_and_steps_as_a_numpy_adam():
+    g = torch.Generator().manual_seed(0)
+    shapes = [(64, 3), (64,), (1, 64), (1,)]
+    params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+    start = [p.detach().double().numpy().copy() for p in params]
+    opt = build_optimizer(params, "adam", lr=1e-2, rmsprop_eps=0.01, adam_eps=1e-5)
+    assert opt.param_groups[0]["fused"] is True
+    grads = [[torch.randn(s, generator=g) * 10 ** (k % 3 - 1) for s in shapes]
+             for k in range(30)]
+    for step_grads in grads:
+        for p, grad in zip(params, step_grads, strict=True):
+            p.grad = grad.clone()
+        opt.step()
+    want = numpy_adam(start, [[x.double().numpy() for x in s] for s in grads], 1e-2, 1e-5)
+    for p, w in zip(params, want, strict=True):
+        np.testing.assert_allclose(p.detach().double().numpy(), w, rtol=1e-5, atol=1e-6)
+    moved = max(float(np.abs(w - s).max()) for w, s in zip(want, start, strict=True))
+    assert moved > 0.1  # 30 steps of lr 1e-2: the comparison is not of untouched params
+
+
+def test_a_checkpoint_of_the_per_parameter_loop_resumes_on_the_fused_kernel():
+    cfg, _ = make_config(default_values(env="CartPole-v1", agent="impala"))
+    info = env_info(cfg.env, cfg.env_options())
+    batches = [_batch(cfg.r_f_steps, 4, 4, 2, seed=k) for k in range(4)]
+    torch.manual_seed(0)
+    old = make_agent(cfg, info)
+    assert cfg.optimizer == "adam"
+    params = old.optimizers["main"].param_groups[0]["params"]
+    loop = torch.optim.Adam(params, lr=cfg.lr, eps=cfg.adam_eps,
+                            fused=False)  # what every run before the fused kernel had
+    old.optimizers["main"] = loop
+    for batch in batches[:2]:
+        old.update(copy.deepcopy(batch), progress=0.0)
+    saved = copy.deepcopy(old.state_dict())  # as from a file: no tensor shared with old
+    assert saved["optimizers"]["main"]["param_groups"][0]["fused"] is False
+    new = make_agent(cfg, info)
+    new.load_state_dict(saved)
+    group = new.optimizers["main"].param_groups[0]
+    assert group["fused"] is True and group["lr"] == loop.param_groups[0]["lr"]
+    assert all(torch.equal(a, b) for a, b in zip(new.model.parameters(),
+                                                  old.model.parameters(), strict=True))
+    for batch in batches[2:]:  # the loop and the kernel go on from the same moments
+        old.update(copy.deepcopy(batch), progress=0.0)
+        new.update(copy.deepcopy(batch), progress=0.0)
+    for a, b in zip(new.model.parameters(), old.model.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    state = new.optimizers["main"].state
+    assert all(s["step"].item() == 4 for s in state.values())
