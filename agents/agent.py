@@ -253,6 +253,9 @@ class Agent:
         by `training.checkpoint.upgrade` before it gets here."""
         self.model.load_state_dict(state["model"])
         for name, optimizer in self.optimizers.items():
-            optimizer.load_state_dict(own_kernel(optimizer, state["optimizers"][name]))
+            # a copy: torch's loader keeps the given moment tensors where their dtype
+            # and device fit, so another agent's state (pbt's exploit) would be shared
+            saved = copy.deepcopy(state["optimizers"][name])
+            optimizer.load_state_dict(own_kernel(optimizer, saved))
         for name, target in self.target_networks.items():
             target.load_state_dict(state["targets"][name])

@@ -2,7 +2,8 @@
 kernel, and its steps are Adam's (Kingma & Ba, 2015, with torch's eps outside the
 square root) against a NumPy reference in float64; a checkpoint written by the
 per-parameter loop (every run before the fused kernel) resumes on the fused one,
-where the loop would have gone."""
+where the loop would have gone; and an agent loaded from another's state (pbt's
+exploit) shares none of its optimizer's tensors."""
 
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def test_a_checkpoint_of_the_per_parameter_loop_resumes_on_the_fused_kernel():
     old.optimizers["main"] = loop
     for batch in batches[:2]:
         old.update(copy.deepcopy(batch), progress=0.0)
-    saved = copy.deepcopy(old.state_dict())  # as from a file: no tensor shared with old
+    saved = old.state_dict()
     assert saved["optimizers"]["main"]["param_groups"][0]["fused"] is False
     new = make_agent(cfg, info)
     new.load_state_dict(saved)
@@ -83,3 +84,23 @@ def test_a_checkpoint_of_the_per_parameter_loop_resumes_on_the_fused_kernel():
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     state = new.optimizers["main"].state
     assert all(s["step"].item() == 4 for s in state.values())
+
+
+def test_an_agent_loaded_from_another_shares_no_optimizer_state_with_it():
+    # pbt's exploit loads one policy's agent from another's in the same process; the
+    # two then step apart. torch's loader would keep the source's moment tensors (and
+    # Adam's step counts) in the copy, and each agent's steps would move the other's.
+    cfg, _ = make_config(default_values(env="CartPole-v1", agent="ppo"))
+    info = env_info(cfg.env, cfg.env_options())
+    batches = [_batch(cfg.r_f_steps, 4, 4, 2, seed=k) for k in range(3)]
+    source, copy_ = make_agent(cfg, info), make_agent(cfg, info)
+    source.update(copy.deepcopy(batches[0]), progress=0.0)
+    copy_.load_state_dict(source.state_dict())
+    before = copy.deepcopy(source.optimizers["main"].state_dict())
+    copy_.update(copy.deepcopy(batches[1]), progress=0.0)
+    after = source.optimizers["main"].state_dict()
+    for k, state in before["state"].items():
+        for name, value in state.items():
+            assert torch.equal(after["state"][k][name], value), (k, name)
+    assert copy_.optimizers["main"].state_dict()["state"][0]["step"].item() == \
+        before["state"][0]["step"].item() + cfg.ppo_epochs * cfg.ppo_minibatches
