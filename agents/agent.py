@@ -83,7 +83,7 @@ def build_optimizer(
 ) -> torch.optim.Optimizer:
     """RMSProp (IMPALA's choice) or Adam, which runs its fused kernel: one op a step
     for all the parameters, the same update as torch's loop over them up to float
-    rounding (tests/test_optimizers.py), and faster (docs/design-notes.md)."""
+    rounding (tests/test_optimizers.py), and faster (docs/results.md)."""
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=rmsprop_alpha, eps=rmsprop_eps)
     if name == "adam":
