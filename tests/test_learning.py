@@ -41,10 +41,9 @@ import os
 import pytest
 import torch
 
-from agents.model_spec import build_model
 from agents.networks import step_model
 from tests.conftest import run_main
-from training.checkpoint import acting_weights
+from training.evaluate import acting_model
 
 OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
 SERIAL = ("--serial", "--learner_threads=1", "--seed=0", "--eval_interval=0")
@@ -60,10 +59,7 @@ def test_short_corridor_reaches_optimal_stochastic_policy(results):
                     "--environment_max_steps=100000", f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     ckpt = torch.load(os.path.join(_run_dir(results), "checkpoint.pt"), weights_only=False)
-    cfg = ckpt["config"]
-    model = build_model((1,), 2, cfg["hidden_size"], cfg["normalize_input"],
-                        cfg["normalize_returns"])
-    model.load_state_dict(acting_weights(ckpt))
+    model = acting_model(ckpt)
     with torch.no_grad():
         logits, _, _, _ = step_model(model, torch.ones(1, 1))
     p_right = torch.softmax(logits, -1)[0, 1].item()
