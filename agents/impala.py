@@ -65,11 +65,11 @@ def clip_rewards(rewards: torch.Tensor, method: str) -> torch.Tensor:
     raise ValueError(f"unknown reward_clipping_method {method!r}")
 
 
-def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> float:
-    """1 - Var(target - predicted) / Var(target) over all elements (NaN if the
-    target is constant)."""
+def explained_variance(predicted: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1 - Var(target - predicted) / Var(target) over all elements, a 0-d tensor on
+    their device (NaN if the target is constant)."""
     var = target.var()
-    return float("nan") if var == 0 else (1.0 - (target - predicted).var() / var).item()
+    return torch.where(var == 0, torch.nan, 1.0 - (target - predicted).var() / var)
 
 
 def scale_advantages(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-8,

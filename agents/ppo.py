@@ -229,11 +229,12 @@ class PPOAgent(Agent):
         loss = pg_loss + cfg.value_loss_weight * value_loss \
             - cfg.entropy_loss_weight * group.mean(entropy)
         # the statistics are this rank's part's (the same as the loss's terms alone)
-        return loss, {"policy_loss": -objective.detach().mean().item(),
-                      "value_loss": 0.5 * value_err.detach().mean().item(),
-                      "entropy": entropy.detach().mean().item(), "kl": kl.mean().item(),
-                      "clip_fraction": active.mean().item(),
-                      "mean_rho": log_ratio.exp().mean().item()}
+        # (0-d tensors on the device: `agents.agent.host_stats` reads them back once)
+        return loss, {"policy_loss": -objective.detach().mean(),
+                      "value_loss": 0.5 * value_err.detach().mean(),
+                      "entropy": entropy.detach().mean(), "kl": kl.detach().mean(),
+                      "clip_fraction": active.mean(),
+                      "mean_rho": log_ratio.detach().exp().mean()}
 
     def with_input(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`batch` with "input": its observations prepared for the model once for the
@@ -258,7 +259,7 @@ class PPOAgent(Agent):
         return self.epochs(batch, adv, returns, old_values)
 
     def epochs(self, batch: dict[str, torch.Tensor], adv: torch.Tensor, returns: torch.Tensor,
-               old_values: torch.Tensor) -> dict[str, float]:
+               old_values: torch.Tensor) -> dict[str, torch.Tensor]:
         """`epochs` passes of `minibatches` optimizer steps over the B rollouts of
         `batch`, whose "logits" are the ratio's denominator; the mean statistics.
         Data-parallel ranks (`self.group`) shuffle the group's columns with one
@@ -272,7 +273,7 @@ class PPOAgent(Agent):
         b = adv.shape[1]
         total = b * self.group.size
         n = min(cfg.minibatches, total)
-        totals: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}  # sums on the device, read back by `update`
         steps = 0
         for _ in range(cfg.epochs):
             order = torch.randperm(total, generator=self.generator)
@@ -289,10 +290,10 @@ class PPOAgent(Agent):
                     continue
                 stats["grad_norm"] = grad_norm
                 for k, v in stats.items():
-                    totals[k] = totals.get(k, 0.0) + v
+                    totals[k] = totals[k] + v if k in totals else v
                 steps += 1
         out = {k: v / steps for k, v in totals.items()}
-        out.update(adv_mean=adv.mean().item(), adv_std=adv.std().item(),
-                   vs_mean=returns.mean().item(), value_mean=old_values.mean().item(),
+        out.update(adv_mean=adv.mean(), adv_std=adv.std(), vs_mean=returns.mean(),
+                   value_mean=old_values.mean(),
                    explained_variance=explained_variance(old_values, returns))
         return out

@@ -5,7 +5,11 @@ shapes (`bench.throughput.synthetic_batch`), with --threads torch threads, on
 
     python -m bench.learner_step [--env=PongNoFrameskip-v4] [--agent=ppo] [--repeats=5]
                                  [--updates=3] [--variants=fp32,bf16,compile,compile_bf16]
-                                 [--device=cpu]
+                                 [--device=cpu] [--r_f_steps=T] [--batch_size=B]
+                                 [--ppo_minibatches=M]
+
+--r_f_steps, --batch_size and --ppo_minibatches replace the defaults' batch (T x B env
+steps) and its minibatch count, as the flags of main.py do.
 
 Variants: fp32; bf16 (--precision=bf16: autocast); compile (the model's torso,
 `_features` and `_value_features`, through `torch.compile`: inductor, the default
@@ -77,12 +81,16 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3, help="updates per variant per repeat")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda:0")
+    for flag in ("r_f_steps", "batch_size", "ppo_minibatches"):
+        ap.add_argument(f"--{flag}", type=int, default=None, help="default: the defaults'")
     args = ap.parse_args()
     variants = args.variants.split(",")
     if unknown := sorted(set(variants) - set(VARIANTS)):
         ap.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
     torch.set_num_threads(args.threads)
-    values = {**default_values(), "env": args.env, "agent": args.agent, "device": args.device}
+    values = {**default_values(), "env": args.env, "agent": args.agent, "device": args.device,
+              **{k: getattr(args, k) for k in ("r_f_steps", "batch_size", "ppo_minibatches")
+                 if getattr(args, k) is not None}}
     cfg, errors = make_config(values)
     assert not errors, errors
     info = env_info(cfg.env, cfg.env_options())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from agents.agent import OptimConfig
+from agents.agent import OptimConfig, host_stats
 from agents.impala import LossConfig, impala_loss
 from agents.model_spec import ModelSpec
 from agents.networks import (
@@ -89,7 +89,7 @@ def loss_and_grads(loss_fn, model):
     model.zero_grad()
     loss, stats = loss_fn()
     loss.backward()
-    return loss.item(), stats, [p.grad.clone() for p in model.parameters()]
+    return loss.item(), host_stats(stats), [p.grad.clone() for p in model.parameters()]
 
 
 @pytest.mark.parametrize("agent", ["impala", "ppo"])

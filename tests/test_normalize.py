@@ -93,9 +93,12 @@ def test_actors_receive_the_statistics_with_the_weights():
         torch.testing.assert_close(step_model(actor, obs), step_model(learner, obs))
 
 
-def test_received_rollouts_fold_in_rows_0_to_T_minus_1_once_and_replays_never(tmp_path):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no GPU here (the GPU machine runs it)"))])
+def test_received_rollouts_fold_in_rows_0_to_T_minus_1_once_and_replays_never(tmp_path, device):
     """Input statistics come from fresh rollouts at receipt (training/policy_learner.py),
-    each step once; training on batches, replayed rollouts among them, adds nothing."""
+    each step once; training on batches, replayed rollouts among them, adds nothing. On
+    a GPU the rows go through pinned buffers that two receipts in a row reuse."""
     from option_flags import default_values
     from training.config import make_config
     from training.factory import build_driver
@@ -105,8 +108,8 @@ def test_received_rollouts_fold_in_rows_0_to_T_minus_1_once_and_replays_never(tm
 
     cfg, errors = make_config(default_values(
         env="CartPole-v1", worker_count=1, envs_per_worker=2, batch_size=4, r_f_steps=5,
-        normalize_input=True, hidden_size=8, replays="standard", training_fill_in_factor=0.0),
-        given={"replays"})
+        normalize_input=True, hidden_size=8, replays="standard", training_fill_in_factor=0.0,
+        device=device), given={"replays"})
     assert not errors, errors
     driver = build_driver(cfg, make_plan(cfg), RunDir(str(tmp_path), cfg.env, cfg.to_dict(),
                                                       echo=False))
@@ -130,7 +133,7 @@ def test_received_rollouts_fold_in_rows_0_to_T_minus_1_once_and_replays_never(tm
             assert float(norm.count) == len(rows)
         assert len(rows) == 12 * 2 * cfg.r_f_steps
         assert replayed > 0  # the standard replay's share was trained on too
-        np.testing.assert_allclose(norm.mean.numpy(), rows.mean(0), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(norm.var.numpy(), rows.var(0), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(norm.mean.cpu().numpy(), rows.mean(0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(norm.var.cpu().numpy(), rows.var(0), rtol=1e-4, atol=1e-5)
     finally:
         driver.close()

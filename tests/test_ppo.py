@@ -243,6 +243,36 @@ def test_an_update_takes_epochs_times_minibatches_steps_over_whole_rollouts():
             "lr", "step_over_lr", "explained_variance"} <= set(stats)
 
 
+def test_an_updates_statistics_are_floats_the_means_of_its_steps_read_back_once():
+    """The minibatch steps' figures stay tensors until the update ends
+    (`agents.agent.host_stats`); each statistic is then the mean of its own figure."""
+    rng = np.random.default_rng(3)
+    t_len, b, a = 4, 6, 2
+    model = TableModel(rng.normal(size=((t_len + 1) * b, a)), rng.normal(size=(t_len + 1) * b))
+    agent = PPOAgent(model, PPOConfig(epochs=2, minibatches=3, clip_rewards=False),
+                     OptimConfig(optimizer="adam", lr=1e-3), torch.device("cpu"))
+    figures, norms = [], []
+    loss_of, step = agent.minibatch_loss, agent.step
+
+    def spy_loss(*args):
+        loss, stats = loss_of(*args)
+        figures.append({k: float(v) for k, v in stats.items()})
+        return loss, stats
+
+    def spy_step(loss):
+        norm = step(loss)
+        norms.append(float(norm))
+        return norm
+
+    agent.minibatch_loss, agent.step = spy_loss, spy_step
+    stats = agent.update(_table_batch(rng, t_len, b, a), progress=0.0)
+    assert len(figures) == 6 and all(type(v) is float for v in stats.values())
+    for name in ("policy_loss", "value_loss", "entropy", "kl", "clip_fraction", "mean_rho"):
+        assert stats[name] == pytest.approx(np.mean([f[name] for f in figures]), rel=1e-6)
+    assert stats["grad_norm"] == pytest.approx(np.mean(norms), rel=1e-6)
+    assert len({stats[k] for k in ("policy_loss", "value_loss", "entropy", "kl")}) == 4
+
+
 def test_minibatches_of_steps_cover_every_step_once_per_epoch_across_rollouts():
     rng = np.random.default_rng(3)
     t_len, b, a = 4, 6, 2

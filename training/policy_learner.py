@@ -10,12 +10,46 @@ learning-rate schedules' 0 to 1). A run has one policy (id 0) unless
 
 from __future__ import annotations
 
+import contextlib
+import math
+from collections.abc import Iterator
+
 import torch
 
 from agents.agent import Agent
 from replay.mixer import BatchMixer, Prefetcher
 from training import metrics
 from workers.actor_pool import FinishedRollout
+
+
+class PinnedStaging:
+    """Two buffers of pinned host memory that rows of the slots are gathered into, so
+    that their copy to a GPU runs while the host goes on (a copy from pageable memory
+    holds the host until it is done). A buffer is written again only once the copy
+    out of it has finished (a CUDA event recorded after it)."""
+
+    def __init__(self):
+        self._buffers: list[torch.Tensor | None] = [None, None]
+        self._events: list[torch.cuda.Event | None] = [None, None]
+        self._next = 0
+
+    @contextlib.contextmanager
+    def gather(self, source: torch.Tensor, indices) -> Iterator[torch.Tensor]:
+        """Columns `indices` of `source` [T, N, ...] as a pinned [T, n, ...] tensor, for
+        the body of the `with` to copy to the GPU (non-blocking) and no further."""
+        i, self._next = self._next, 1 - self._next
+        if self._events[i] is not None:
+            self._events[i].synchronize()
+        shape = (source.shape[0], len(indices), *source.shape[2:])
+        numel = math.prod(shape)
+        buffer = self._buffers[i]
+        if buffer is None or buffer.numel() < numel or buffer.dtype != source.dtype:
+            buffer = self._buffers[i] = torch.empty(numel, dtype=source.dtype).pin_memory()
+        rows = buffer[:numel].view(shape)
+        torch.index_select(source, 1, torch.as_tensor(list(indices)), out=rows)
+        yield rows
+        self._events[i] = torch.cuda.Event()
+        self._events[i].record()
 
 
 class PolicyLearner:
@@ -34,6 +68,7 @@ class PolicyLearner:
         self.weights = weights
         self.updates = updates
         self.prefetcher: Prefetcher | None = None
+        self._staging = PinnedStaging()
 
     def start(self, caching: bool, cache_size: int) -> None:
         """With `caching`, batches are prepared ahead by a background thread."""
@@ -51,8 +86,12 @@ class PolicyLearner:
         """Fold a finished rollout's observations (rows 0..T-1) into the input
         statistics, once, then offer its slots to the replays (which free them)."""
         if self.agent.normalizes_inputs:  # the rows are copied out of the slots only then
-            obs = self.mixer.pool.buffers["obs"]
-            self.agent.observe(obs[:-1, list(rollout.indices)])
+            obs = self.mixer.pool.buffers["obs"][:-1]
+            if self.agent.device.type == "cuda":
+                with self._staging.gather(obs, rollout.indices) as rows:
+                    self.agent.observe(rows)
+            else:
+                self.agent.observe(obs[:, list(rollout.indices)])
         for i in rollout.indices:
             self.mixer.add(i)
 

@@ -25,8 +25,9 @@ def _tensors(model: nn.Module) -> list[torch.Tensor]:
 
 
 def flatten(model: nn.Module) -> torch.Tensor:
-    """Parameters then buffers of `model`, as one float32 vector on the CPU."""
-    return torch.cat([t.detach().reshape(-1).float().cpu() for t in _tensors(model)])
+    """Parameters then buffers of `model`, as one float32 vector on their device (a
+    GPU learner's weights then come to the host in one copy, not one per tensor)."""
+    return torch.cat([t.detach().reshape(-1).float() for t in _tensors(model)])
 
 
 @torch.no_grad()
@@ -44,7 +45,7 @@ class SharedWeights:
     act with a fixed policy lag while the run stays deterministic."""
 
     def __init__(self, model: nn.Module, lag: int = 0):
-        self.flat = flatten(model).share_memory_()
+        self.flat = flatten(model).cpu().share_memory_()
         self.seq = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.version = torch.zeros(1, dtype=torch.int64).share_memory_()
         self.lag = lag
@@ -56,7 +57,7 @@ class SharedWeights:
         """Learner side (the only writer)."""
         vec = flatten(model)
         if self.lag:
-            self._held = [*self._held[-self.lag:], (version, vec)]
+            self._held = [*self._held[-self.lag:], (version, vec.cpu())]
             version, vec = self._held[0]
         self._published += 1
         self.seq[0] = 2 * self._published + 1
