@@ -7,11 +7,14 @@
   features, state) come back as float32 (`ActorCritic.forward_with_hidden`), so the
   log-probabilities, ratios, advantages, V-trace and the losses are float32. The
   actors and the evaluator act in float32 whatever the learner uses.
-- auto: float32 everywhere. bf16 is faster only where the device has it natively
-  (CPUs with AVX512-BF16 or AMX, CUDA GPUs from Ampere on), and there it was to become
-  auto's choice once Pong's frames to 18 with bf16 stayed within the seeds' spread:
-  they did not (docs/design-notes.md, The learner's compute: Pong's seed 0 reached a
-  mean-100 of 0 at 1.55M frames in float32, at 2.29M in bf16).
+- auto: bf16 where it was measured to pay and to learn as well: ppo on the Nature CNN
+  (Atari's pixels) on a CPU with AMX, where the learner's step ran 1.85x as fast and
+  Pong's training at 1.3x the frames/s of float32, and 3 seeds reached 18 at 1.98M and 2.14M
+  frames and missed it within 2.5M once, as float32's seed 0 does in 2 runs of 5
+  (docs/design-notes.md, The learner's compute). float32 everywhere else: on CPUs with
+  AVX512-BF16 alone bf16 bought 1.19x the frames/s and one seed learned slower; on
+  GPUs an update was slower in bf16 at these sizes; on MLPs bf16 is slower; and other
+  agents and models were not measured with it.
 
 The off-policy agents (sac, td3, ddpg: small MLPs on vectors, nothing for bf16 to
 speed up) train in float32 only.
@@ -37,11 +40,18 @@ def native_bf16(device: torch.device) -> str | None:
     return None
 
 
-def choose_precision(requested: str, device: torch.device, off_policy: bool
-                     ) -> tuple[torch.dtype | None, str]:
+def has_amx(device: torch.device) -> bool:
+    """Whether `device` is a CPU with AMX, bf16 matrix tiles (Intel Xeon from Sapphire
+    Rapids on)."""
+    return device.type == "cpu" and torch.cpu._is_amx_tile_supported()
+
+
+def choose_precision(requested: str, device: torch.device, off_policy: bool,
+                     ppo_on_pixels: bool = False) -> tuple[torch.dtype | None, str]:
     """(the autocast dtype, None for float32; a sentence saying what was chosen and
-    why) for `--precision=requested` on `device`. `requested` must be one of
-    PRECISIONS and bf16 must not be asked of an off-policy agent (the config checks
+    why) for `--precision=requested` on `device`; `ppo_on_pixels`: the agent is ppo
+    and its model the Nature CNN (what auto may run in bf16). `requested` must be one
+    of PRECISIONS and bf16 must not be asked of an off-policy agent (the config checks
     both)."""
     if off_policy:
         return None, "precision fp32 (the off-policy agents train in float32)"
@@ -53,5 +63,15 @@ def choose_precision(requested: str, device: torch.device, off_policy: bool
         return torch.bfloat16, f"precision bf16 (--precision=bf16; {how})"
     if native is None:
         return None, f"precision fp32 (--precision=auto: no native bf16 on this {device.type})"
-    return None, (f"precision fp32 (--precision=auto: {native}, but bf16 slowed Pong's "
-                  "learning per frame; --precision=bf16 uses it)")
+    if device.type == "cuda":
+        return None, (f"precision fp32 (--precision=auto: {native}, but a GPU's update was "
+                      "slower in bf16 at these sizes; --precision=bf16 uses it)")
+    if not ppo_on_pixels:
+        return None, (f"precision fp32 (--precision=auto: {native}, but bf16 was measured "
+                      "to pay only for ppo on the Nature CNN; --precision=bf16 uses it)")
+    if has_amx(device):
+        return torch.bfloat16, ("precision bf16 (--precision=auto: this CPU has AMX, where bf16 "
+                                "trained Pong at 1.3x the frames/s; --precision=fp32 turns it "
+                                "off)")
+    return None, (f"precision fp32 (--precision=auto: {native}, but bf16 pays on CPUs with "
+                  "AMX only; --precision=bf16 uses it)")

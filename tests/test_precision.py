@@ -30,9 +30,33 @@ def test_choices(monkeypatch):
     dtype, why = choose_precision("auto", CPU, False)
     assert dtype is None and "no native bf16" in why
     assert "emulated" in choose_precision("bf16", CPU, False)[1]
+    # auto: bf16 for ppo on the Nature CNN on a CPU with AMX only
     monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
-    dtype, why = choose_precision("auto", CPU, False)
-    assert dtype is None and "AMX" in why
+    monkeypatch.setattr(precision, "has_amx", lambda device: device.type == "cpu")
+    dtype, why = choose_precision("auto", CPU, False, ppo_on_pixels=True)
+    assert dtype is torch.bfloat16 and "AMX" in why and "--precision=fp32" in why
+    dtype, why = choose_precision("auto", CPU, False, ppo_on_pixels=False)
+    assert dtype is None and "Nature CNN" in why
+    assert choose_precision("auto", CPU, True, ppo_on_pixels=True)[0] is None  # off-policy
+    assert choose_precision("auto", torch.device("cuda"), False, ppo_on_pixels=True)[0] is None
+    monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AVX512-BF16")
+    monkeypatch.setattr(precision, "has_amx", lambda device: False)
+    dtype, why = choose_precision("auto", CPU, False, ppo_on_pixels=True)
+    assert dtype is None and "AMX only" in why
+
+
+def test_auto_runs_ppo_on_the_nature_cnn_in_bf16_where_the_cpu_has_amx(monkeypatch):
+    """make_agent tells choose_precision what the agent and its model are."""
+    monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
+    monkeypatch.setattr(precision, "has_amx", lambda device: device.type == "cpu")
+    pong = EnvInfo((4, 84, 84), "uint8", 6, "atari", 4, 4, "discrete")
+    for env, info, agent, expected in [("PongNoFrameskip-v4", pong, "ppo", torch.bfloat16),
+                                       ("PongNoFrameskip-v4", pong, "impala", None),
+                                       ("MinAtar/Breakout-v1", MINATAR, "ppo", None)]:
+        cfg, errors = make_config({**default_values(), "env": env, "agent": agent,
+                                   "device": "cpu"})
+        assert not errors, errors
+        assert make_agent(cfg, info).autocast is expected, (env, agent)
 
 
 # MinAtar Breakout's shapes: the conv net, no emulator needed

@@ -20,7 +20,7 @@ import torch.multiprocessing as mp
 from agents.agent import Agent
 from agents.group import ALONE, Group
 from agents.model_spec import ModelSpec
-from agents.networks import policy_features
+from agents.networks import NatureCNN, policy_features
 from agents.precision import choose_precision
 from agents.registry import AGENTS
 from replay.config import match_saved_states, parse_replay_parameters
@@ -59,7 +59,8 @@ def make_agent(cfg: Config, info: EnvInfo, device: torch.device | None = None) -
         torch.nn.init.constant_(model.log_std, cfg.log_std_init)
     agent = entry.cls.from_config(model, cfg, device or resolve_device(cfg.device))
     agent.autocast, agent.precision_reason = choose_precision(
-        cfg.precision, agent.device, cfg.off_policy)
+        cfg.precision, agent.device, cfg.off_policy,
+        ppo_on_pixels=cfg.agent == "ppo" and isinstance(model, NatureCNN))
     return agent
 
 
