@@ -150,9 +150,11 @@ def test_cartpole_run_writes_tensorboard_events_and_new_columns(results):
         rows = list(reader)
     assert rows and all(float(r["policy_lag_mean"]) >= 0 and float(r["update_s"]) > 0
                         for r in rows)
-    # the learning diagnostics are filled in: a KL, a step the optimizer took (the
-    # last updates of the linear schedule may have lr 0, and then no step)
-    assert all(float(r["kl"]) >= 0 and float(r["adv_std"]) >= 0 for r in rows)
+    # the learning diagnostics are filled in: a KL (0 up to rounding where the policy
+    # has not moved: -1.9e-10 at the first update on an AVX-512 CPU), a step the
+    # optimizer took (the last updates of the linear schedule may have lr 0, and then
+    # no step)
+    assert all(float(r["kl"]) >= -1e-6 and float(r["adv_std"]) >= 0 for r in rows)
     assert all(r["clip_fraction"] == "" for r in rows)  # impala has no clip
     assert all(float(r["step_over_lr"]) > 0 for r in rows if float(r["lr"]) > 0)
     assert "losses/step_over_lr" in tags and "losses/explained_variance" in tags
