@@ -121,7 +121,8 @@ def host_stats(stats: dict[str, torch.Tensor | float]) -> dict[str, float]:
     each)."""
     keys = [k for k, v in stats.items() if isinstance(v, torch.Tensor)]
     values = torch.stack([stats[k].detach().float() for k in keys]).tolist() if keys else []
-    return {**{k: float(v) for k, v in stats.items()}, **dict(zip(keys, values, strict=True))}
+    read = dict(zip(keys, values, strict=True))
+    return {k: read[k] if k in read else float(v) for k, v in stats.items()}
 
 
 def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -26,6 +26,7 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from agents.networks import step_model  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.config import env_options  # noqa: E402
 from training.evaluate import acting_model  # noqa: E402
@@ -40,8 +41,7 @@ def play(model, env_id: str, options, envs: int, steps: int) -> tuple[torch.Tens
     try:
         with torch.inference_mode():
             for _ in range(steps):
-                logits = log_probs(model, obs, None, envs, bf16=False, raw=True)
-                action = model.distribution(logits).sample(g)
+                action = model.distribution(step_model(model, obs)[0]).sample(g)
                 rows.append(obs.clone())
                 actions.append(action)
                 obs = torch.as_tensor(env.step(action.numpy()).obs)
@@ -50,19 +50,14 @@ def play(model, env_id: str, options, envs: int, steps: int) -> tuple[torch.Tens
     return torch.cat(rows), torch.cat(actions)
 
 
-def log_probs(model, obs: torch.Tensor, actions: torch.Tensor | None, batch: int,
-              bf16: bool, raw: bool = False) -> torch.Tensor:
-    """The float32 log-probabilities [N] of `actions` (with `raw`: the params [N, P])
-    under `model`, in forward passes of `batch` rows, under bf16 autocast if `bf16`."""
-    out = []
+def log_probs(model, obs: torch.Tensor, actions: torch.Tensor, batch: int, bf16: bool
+              ) -> torch.Tensor:
+    """The float32 log-probabilities [N] of `actions` under `model`, in forward passes
+    of `batch` rows, under bf16 autocast if `bf16`."""
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-        for i in range(0, len(obs), batch):
-            x = obs[i:i + batch]
-            params = model.forward_with_hidden(x[None], model.initial_state(len(x)),
-                                               torch.ones(1, len(x), dtype=torch.bool))[0][0]
-            out.append(params.float())
-    params = torch.cat(out)
-    return params if raw else model.distribution(params).log_prob(actions)
+        params = torch.cat([step_model(model, obs[i:i + batch])[0].float()
+                            for i in range(0, len(obs), batch)])
+    return model.distribution(params).log_prob(actions)
 
 
 def main(argv=None) -> int:

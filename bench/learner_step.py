@@ -44,6 +44,7 @@ from training.factory import make_agent  # noqa: E402
 from wrappers.envs import env_info  # noqa: E402
 
 VARIANTS = ("fp32", "bf16", "compile", "compile_bf16")
+BATCH_FLAGS = ("r_f_steps", "batch_size", "ppo_minibatches")  # main.py's, replacing the defaults'
 
 
 def variant_agent(values: dict, info, variant: str):
@@ -81,7 +82,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=3, help="updates per variant per repeat")
     ap.add_argument("--variants", default=",".join(VARIANTS))
     ap.add_argument("--device", default="cpu", help="the learner's device, e.g. cuda:0")
-    for flag in ("r_f_steps", "batch_size", "ppo_minibatches"):
+    for flag in BATCH_FLAGS:
         ap.add_argument(f"--{flag}", type=int, default=None, help="default: the defaults'")
     args = ap.parse_args()
     variants = args.variants.split(",")
@@ -89,8 +90,7 @@ def main() -> None:
         ap.error(f"--variants: unknown {unknown}; choose from {', '.join(VARIANTS)}")
     torch.set_num_threads(args.threads)
     values = {**default_values(), "env": args.env, "agent": args.agent, "device": args.device,
-              **{k: getattr(args, k) for k in ("r_f_steps", "batch_size", "ppo_minibatches")
-                 if getattr(args, k) is not None}}
+              **{k: getattr(args, k) for k in BATCH_FLAGS if getattr(args, k) is not None}}
     cfg, errors = make_config(values)
     assert not errors, errors
     info = env_info(cfg.env, cfg.env_options())
