@@ -10,7 +10,9 @@ With --checkpoint: whole games of PongNoFrameskip-v4 (test mode's env options, b
 sampled from the policy or (`--policy=greedy`) its most likely one. For each point of
 a game (index 0 = the game's first) it counts how often the agent lost it
 (`lost_by_point`), and for each loss of a first point the env step of the game at
-which it fell (`first_point_lost_at_step`). Games still running when the quota is
+which it fell (`first_point_lost_at_step`). `lost_after_a_loss` and `lost_after_a_win`
+are [points lost, points played] over the points that followed a lost and a won one:
+whether losses come in runs. Games still running when the quota is
 met are not counted.
 
 With --tracker_offset: no policy, but a paddle that follows the ball by the emulator's
@@ -68,6 +70,7 @@ def play_points(act, env, games: int) -> dict:
     steps = np.zeros(n, dtype=np.int64)
     points: list[list[tuple[int, float]]] = [[] for _ in range(n)]  # (env step, reward)
     lost: dict[int, int] = {}
+    after = {"loss": [0, 0], "win": [0, 0]}  # points lost, points played, after a lost/won one
     first_lost_at: list[int] = []
     returns: list[float] = []
     while len(returns) < games:
@@ -85,10 +88,14 @@ def play_points(act, env, games: int) -> dict:
                         lost[k] = lost.get(k, 0) + 1
                         if k == 0:
                             first_lost_at.append(t)
+                    if k:
+                        cell = after["loss" if points[i][k - 1][1] < 0 else "win"]
+                        cell[0], cell[1] = cell[0] + (r < 0), cell[1] + 1
             points[i], steps[i] = [], 0
     return {"games": len(returns), "mean": float(np.mean(returns)), "returns": returns,
             "lost_by_point": dict(sorted(lost.items())),
-            "first_point_lost_at_step": first_lost_at}
+            "first_point_lost_at_step": first_lost_at,
+            "lost_after_a_loss": after["loss"], "lost_after_a_win": after["win"]}
 
 
 def policy_act(checkpoint: dict, greedy: bool, seed: int):

@@ -47,6 +47,11 @@ def test_the_points_lost_add_up_to_the_scores():
     assert sum(out["lost_by_point"].values()) == expected
     assert len(out["first_point_lost_at_step"]) == out["lost_by_point"].get(0, 0)
     assert all(0 < t < 500 for t in out["first_point_lost_at_step"])
+    # every point but a game's first follows a lost or a won one
+    (lost_l, played_l), (lost_w, played_w) = out["lost_after_a_loss"], out["lost_after_a_win"]
+    assert lost_l + lost_w == expected - out["lost_by_point"].get(0, 0)
+    points_played = sum(21 + (21 - abs(r)) for r in out["returns"])
+    assert played_l + played_w == points_played - 2 and lost_l <= played_l and lost_w <= played_w
 
 
 def test_a_saved_policy_acts_on_every_env():
