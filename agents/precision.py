@@ -33,7 +33,7 @@ def native_bf16(device: torch.device) -> str | None:
         if torch.cuda.is_bf16_supported(including_emulation=False):
             return f"{torch.cuda.get_device_name(device)} has bf16"
         return None
-    if torch.cpu._is_amx_tile_supported():
+    if has_amx(device):
         return "this CPU has AMX"
     if torch.cpu._is_avx512_bf16_supported():
         return "this CPU has AVX512-BF16"
