@@ -1,13 +1,26 @@
 """The env factory: Atari life loss vs game over, unclipped scores, the short corridor,
-gymnasium's `module:EnvId` form and one-hot discrete observations (popgym)."""
+gymnasium's `module:EnvId` form and one-hot discrete observations (popgym), and the
+modules the workers' forkserver imports for an env."""
 
 from __future__ import annotations
+
+import gc
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from wrappers.envs import EnvOptions, check_env_id, env_info, make_batched_env, vector_encoder
+from tests.conftest import ROOT
+from wrappers.envs import (
+    EnvOptions,
+    check_env_id,
+    env_info,
+    env_modules,
+    make_batched_env,
+    vector_encoder,
+)
 from wrappers.short_corridor import ShortCorridorEnv
 
 
@@ -159,3 +172,34 @@ def test_a_popgym_env_through_its_module():
     assert obs.dtype == np.float32 and (obs.sum(1) == 1).all()
     env.close()
     assert "MultiDiscrete" in check_env_id("popgym:popgym-BattleshipEasy-v0")  # its actions
+
+
+def test_env_modules_name_the_imports_an_env_needs_besides():
+    assert env_modules("MinAtar/Breakout-v1") == ("minatar.gym",)
+    assert env_modules("popgym:popgym-RepeatPreviousEasy-v0") == ("popgym",)
+    assert env_modules("CartPole-v1") == () and env_modules("PongNoFrameskip-v4") == ()
+
+
+def report_imports(conn) -> None:
+    """A worker's target: whether MinAtar was imported before it ran, and how many
+    objects it shares frozen with its server."""
+    conn.send(("minatar" in sys.modules, gc.get_freeze_count()))
+
+
+def test_the_workers_forkserver_imports_the_envs_modules_and_freezes_them():
+    # in a process of its own: a forkserver is one per process, and this one's may
+    # have started for another test with another preload
+    script = (
+        "from training.factory import worker_context\n"
+        "from tests.test_envs import report_imports\n"
+        "ctx = worker_context(('minatar.gym',))\n"
+        "r, w = ctx.Pipe(duplex=False)\n"
+        "p = ctx.Process(target=report_imports, args=(w,))\n"
+        "p.start()\n"
+        "print(r.recv())\n"
+        "p.join()\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    imported, frozen = eval(proc.stdout.strip().splitlines()[-1])
+    assert imported and frozen > 100_000, (imported, frozen)

@@ -47,7 +47,7 @@ from workers.pool import ActorPool
 from workers.serial_pool import SerialActorPool
 from workers.slots import SlotPool
 from workers.weights import SharedWeights
-from wrappers.envs import EnvInfo
+from wrappers.envs import EnvInfo, env_modules
 
 
 def make_agent(cfg: Config, info: EnvInfo, device: torch.device | None = None) -> Agent:
@@ -319,21 +319,22 @@ def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weight
                             in_flight=cfg.ray_in_flight)
     if cfg.serial:
         return SerialActorPool(actor_cfg, count, slots, weights, run.log, resumes=resumes)
-    return ActorPool(worker_context(), actor_cfg, count, slots, weights,
+    return ActorPool(worker_context(env_modules(cfg.env)), actor_cfg, count, slots, weights,
                      run.log, cfg.max_actor_restarts, resumes=resumes)
 
 
 @functools.cache
-def worker_context():
+def worker_context(modules: tuple[str, ...] = ()):
     """The start method of the actor and evaluator processes: a forkserver that has
-    imported their modules (torch, the envs) once, so that each process forks from it
-    ready, instead of a fresh interpreter importing them again (spawn's cost: seconds
-    per process, paid on every start and every restart). Forked from a server that ran
+    imported their modules (torch, the envs, and `modules`: those the run's env needs
+    besides) once (workers/preload.py), so that each process forks from it ready,
+    instead of a fresh interpreter importing them again (spawn's cost: seconds per
+    process, paid on every start and every restart). Forked from a server that ran
     nothing but imports, they share none of the learner's threads or CUDA state. Their
     parent is the server, which exits when this process does, taking them with it
-    (their PR_SET_PDEATHSIG). One per process: the preload is set once."""
+    (their PR_SET_PDEATHSIG). One server per process: the first call's preload holds."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["workers.actor", "workers.evaluator"])
+    ctx.set_forkserver_preload([*modules, "workers.preload"])
     return ctx
 
 
@@ -349,8 +350,8 @@ def make_evaluator(cfg: Config, info: EnvInfo, agents: list[Agent], run: RunDir,
         episodes=cfg.eval_episodes, num_envs=min(cfg.eval_episodes, cfg.envs_per_worker),
         greedy=cfg.eval_policy == "greedy", models=tuple(models),
         seed=cfg.seed + 104_729)
-    return Evaluator(worker_context(), eval_cfg, [a.acting_model for a in agents],
-                     cfg.eval_interval,
+    return Evaluator(worker_context(env_modules(cfg.env)), eval_cfg,
+                     [a.acting_model for a in agents], cfg.eval_interval,
                      run.log, next_at=(env_steps // cfg.eval_interval + 1) * cfg.eval_interval,
                      max_duty=None if cfg.serial else
                      duty_cap(os.cpu_count() or 1, cfg.worker_count + cfg.learner_count))

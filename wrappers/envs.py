@@ -81,6 +81,8 @@ class EnvFamily:
     # --frames_stacked frames that the replays store once
     emulator_frames: bool = False
     ppo_constant_lr: bool = False  # ppo agents keep --lr (auto --lr_end_value = --lr)
+    # modules its envs import when made, besides this file's (`env_modules`)
+    imports: tuple[str, ...] = ()
 
     def auto_values(self, kind: str) -> dict[str, object]:
         """The auto flag values for an agent of `kind` ("impala" or "ppo": its
@@ -221,7 +223,9 @@ FAMILIES = (
                       ppo_epochs=3, ppo_minibatches=4),
         ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128)),
     EnvFamily(
+        # minatar imports matplotlib and seaborn for its rendering: 1.2 s
         "minatar", is_minatar, _check_minatar, _make_minatar, agent="impala",
+        imports=("minatar.gym",),
         defaults=dict(batch_size=8, r_f_steps=20, optimizer="rmsprop", lr=6e-4,
                       hidden_size=256, envs_per_worker=8, clip_rewards=True, ppo_clip=0.1,
                       normalize_input=False, normalize_returns=False,
@@ -286,6 +290,14 @@ def _import_prefix(env_id: str) -> str:
         module, env_id = env_id.split(":", 1)
         importlib.import_module(module)
     return env_id
+
+
+def env_modules(env_id: str) -> tuple[str, ...]:
+    """The modules that making `env_id`'s envs imports besides this file's: a
+    `module:EnvId` prefix's and its family's `imports`. A forkserver imports them once
+    before it forks the workers (training/factory.py `worker_context`)."""
+    prefix = (env_id.split(":", 1)[0],) if ":" in env_id else ()
+    return (*prefix, *family_of(env_id).imports)
 
 
 def family_of(env_id: str) -> EnvFamily:
