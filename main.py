@@ -14,11 +14,19 @@ saves a checkpoint and stops; a second one exits at once.
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
-from absl import flags
+# Torch's OpenMP threads spin at the end of each parallel region by default. On cores
+# that the actors share, a spinning learner thread holds a core they need: a small ppo
+# run on CartPole beside one other busy process took 47 s instead of 5 (measured;
+# docs: design-notes.md). Set before torch is imported, which reads it once; the
+# user's own value wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import option_flags
+from absl import flags  # noqa: E402
+
+import option_flags  # noqa: E402
 
 
 def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()) -> int:

@@ -8,11 +8,13 @@ import csv
 import glob
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
 
-from tests.conftest import run_main
+from tests.conftest import ROOT, run_main
 
 RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.log",
              "checkpoint.pt"]
@@ -151,3 +153,17 @@ def test_actor_exception_stops_the_run_with_its_traceback(results):
     run = _only_run_dir(results)
     assert os.path.isfile(os.path.join(run, "checkpoint.pt"))
     assert "boom" in open(os.path.join(run, "run.log")).read()
+
+
+@pytest.mark.parametrize("given", [None, "ACTIVE"])
+def test_openmp_waits_passively_unless_the_user_says(given):
+    # set by main.py before torch is imported (libgomp reads it once), so the learner,
+    # the forkserver and the actors it forks all have it
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if given:
+        env["OMP_WAIT_POLICY"] = given
+    proc = subprocess.run([sys.executable, "-c", "import os, main; "
+                           "print(os.environ['OMP_WAIT_POLICY'])"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [given or "PASSIVE"]
