@@ -4,6 +4,7 @@ modules the workers' forkserver imports for an env."""
 
 from __future__ import annotations
 
+import ast
 import gc
 import subprocess
 import sys
@@ -201,5 +202,5 @@ def test_the_workers_forkserver_imports_the_envs_modules_and_freezes_them():
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    imported, frozen = eval(proc.stdout.strip().splitlines()[-1])
+    imported, frozen = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
     assert imported and frozen > 100_000, (imported, frozen)
