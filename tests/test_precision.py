@@ -106,3 +106,39 @@ def test_a_bf16_update_stays_close_to_fp32(agent_name, use_lstm):
     state = agents["bf16"].optimizers["main"].state_dict()["state"]
     assert all(t.dtype == torch.float32 for s in state.values() for t in s.values()
                if t.is_floating_point())
+
+
+def test_bf16_starts_after_its_warmup_in_float32():
+    """--bf16_warmup_steps: make_agent turns the env steps into updates (64 env steps
+    an update here: 100 steps -> 2 updates) and says so; `update` trains in float32 before
+    update `autocast_after`, bit for bit as an fp32 agent does, and in bf16 from it on."""
+    values = {**default_values(), "env": "MinAtar/Breakout-v1", "agent": "ppo",
+              "device": "cpu", "batch_size": 8, "r_f_steps": 8, "ppo_epochs": 1,
+              "ppo_minibatches": 1, "bf16_warmup_steps": 100}
+
+    def fresh(name):  # the same weights and a fresh optimizer every time
+        cfg, errors = make_config({**values, "precision": name})
+        assert not errors, errors
+        torch.manual_seed(0)
+        return cfg, make_agent(cfg, MINATAR)
+
+    cfg, bf16 = fresh("bf16")
+    assert bf16.autocast is torch.bfloat16 and bf16.autocast_after == 2
+    assert "fp32 for the first 100 env steps" in bf16.precision_reason
+    _, fp32 = fresh("fp32")
+    assert fp32.autocast_after == 0 and "first" not in fp32.precision_reason
+    torch.manual_seed(1)
+    batch = synthetic_batch(cfg, MINATAR, CPU)
+    with torch.no_grad():
+        batch["logits"] = fp32.model(batch["obs"], fp32.model.initial_state(8), batch["done"])[0]
+
+    def step(name, updates):
+        agent = fresh(name)[1]
+        agent.update(dict(batch), 0.0, updates)
+        return torch.cat([p.flatten() for p in agent.model.parameters()])
+
+    assert torch.equal(step("bf16", 1), step("fp32", 1))  # still warming up: float32
+    assert not torch.equal(step("bf16", 2), step("fp32", 2))  # bf16 from update 2 on
+    assert torch.equal(step("fp32", 2), step("fp32", 1))
+    cfg, errors = make_config({**values, "bf16_warmup_steps": -1})
+    assert cfg is None and errors == ["--bf16_warmup_steps: must be >= 0, got -1"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 
 import torch
@@ -61,6 +62,12 @@ def make_agent(cfg: Config, info: EnvInfo, device: torch.device | None = None) -
     agent.autocast, agent.precision_reason = choose_precision(
         cfg.precision, agent.device, cfg.off_policy,
         ppo_on_pixels=cfg.agent == "ppo" and isinstance(model, NatureCNN))
+    if agent.autocast is not None and cfg.bf16_warmup_steps > 0:
+        per_update = cfg.batch_size * cfg.r_f_steps * cfg.learner_count
+        agent.autocast_after = math.ceil(cfg.bf16_warmup_steps / per_update)
+        agent.precision_reason += (f", from update {agent.autocast_after} on: fp32 for the "
+                                   f"first {cfg.bf16_warmup_steps:,} env steps "
+                                   "(--bf16_warmup_steps)")
     return agent
 
 

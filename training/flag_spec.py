@@ -107,6 +107,11 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
               "(Atari) on a CPU with AMX, fp32 elsewhere (the log says why). For the "
               "actor-critic agents; sac, td3 and ddpg train in fp32 (docs: design-notes.md, "
               "The learner's compute)."),
+        _int("bf16_warmup_steps", 250_000,
+             "Env steps the learner trains in fp32 before bf16 starts, where it trains in bf16 "
+             "(--precision=bf16, or auto's choice): at first the small policy head's gradient "
+             "reaches the shared torso at about 1% of the value head's, under bf16's rounding "
+             "of the sum (bench/bf16_grads.py); 0: bf16 from the first update."),
         _str("load_model_url", None,
              "Run directory or checkpoint file to resume (train_w_load) or test."),
         _int("test_episode_count", 10, "Games to play in --op_mode=test."),
