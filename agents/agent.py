@@ -152,8 +152,6 @@ class Agent:
         # (None: float32), and the sentence saying why
         self.autocast: torch.dtype | None = None
         self.precision_reason = "precision fp32"
-        # the updates trained in float32 before `autocast` starts (--bf16_warmup_steps)
-        self.autocast_after = 0
         self.add_optimizer("main", self.model.parameters() if main_params is None
                            else main_params, optim)
 
@@ -230,16 +228,14 @@ class Agent:
             norm.merge(moments)
         self._observed = None
 
-    def update(self, batch: dict[str, torch.Tensor], progress: float,
-               updates: int | None = None) -> dict[str, float]:
+    def update(self, batch: dict[str, torch.Tensor], progress: float) -> dict[str, float]:
         """Train on `batch` (CPU or device tensors `[T+1, B, ...]`) at `progress` (0 to
-        1) of the learning-rate schedules, after `updates` earlier updates (None: as one
-        past the precision's warm-up). Statistics: the algorithm's, plus lr (the
+        1) of the learning-rate schedules. Statistics: the algorithm's, plus lr (the
         main optimizer's) and step_over_lr, the RMS change of the main optimizer's
         parameters (the model's; an off-policy agent's actor's) in the whole update,
         over lr: about 1 per normalised RMSProp/Adam step, far below 1 where eps
         dominates the denominator. `train` runs under autocast in `self.autocast` if
-        set (--precision=bf16) from update `self.autocast_after` on, in float32 before."""
+        set (--precision=bf16)."""
         batch = {k: batch[k].to(self.device, non_blocking=True)
                  for k in LOSS_FIELDS if k in batch}
         if self.group.size > 1 and self.normalizes_inputs:
@@ -250,9 +246,8 @@ class Agent:
         lr = self.schedules["main"].lr_at(progress)
         main = _params(self.optimizers["main"])
         before = parameters_to_vector(main).detach().clone()
-        warm = updates is None or updates >= self.autocast_after
         with torch.autocast(self.device.type, dtype=self.autocast or torch.bfloat16,
-                            enabled=self.autocast is not None and warm):
+                            enabled=self.autocast is not None):
             stats = self.train(batch)
         change = parameters_to_vector(main).detach() - before
         stats = host_stats({**stats, "step_rms": change.pow(2).mean().sqrt()})

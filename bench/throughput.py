@@ -29,8 +29,7 @@ using the whole machine, all in frames/s (env steps x frameskip):
                      rollout costs through the object store), and their ratios to local
 and the ratios pipeline_over_ceiling, train_over_ceiling and train_over_bound.
 Start-up (process spawn, imports) is excluded: rates are taken from the first
-rollout received, or after a warm-up. A learner in bf16 trains in it from the first
-update (--bf16_warmup_steps=0): the rates are those of a run past its float32 warm-up.
+rollout received, or after a warm-up.
 """
 
 from __future__ import annotations
@@ -278,7 +277,6 @@ def main() -> None:
         status_interval=1e9,
         use_lstm=args.use_lstm,
         precision=args.precision,
-        bf16_warmup_steps=0,  # the rates of a run past its warm-up in float32
     )
     cfg, errors = make_config(values)
     cfg_impala, errors_impala = make_config({**values, "agent": "impala"})

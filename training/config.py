@@ -275,7 +275,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                       "`.venv/bin/pip install -r requirements.txt` (README: More than one "
                       "machine)")
     for name in ("noop_threshold", "max_actor_restarts", "lr_end_value", "max_policy_lag",
-                 "serial_policy_lag", "bf16_warmup_steps",
+                 "serial_policy_lag",
                  "eval_interval",
                  "gradient_clip_by_norm_threshold", "value_loss_weight",
                  "entropy_loss_weight", "policy_gradient_loss_weight",

@@ -114,7 +114,7 @@ class PolicyLearner:
         Returns the agent's statistics and the batch's policy lag (mean, max) in
         updates."""
         lag = metrics.policy_lag(batch["version"], self.updates)
-        stats = self.agent.update(batch, progress, self.updates)
+        stats = self.agent.update(batch, progress)
         self.updates += 1
         self.mixer.set_updates(self.updates)  # the clock of the replays' schedules
         self.publish()
