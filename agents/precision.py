@@ -7,14 +7,14 @@
   features, state) come back as float32 (`ActorCritic.forward_with_hidden`), so the
   log-probabilities, ratios, advantages, V-trace and the losses are float32. The
   actors and the evaluator act in float32 whatever the learner uses.
-- auto: bf16 where it was measured to pay and to learn as well: ppo on the Nature CNN
-  (Atari's pixels) on a CPU with AMX, where the learner's step ran 1.85x as fast and
-  Pong's training at 1.3x the frames/s of float32, and 3 seeds reached 18 at 1.98M and 2.14M
-  frames and missed it within 2.5M once, as float32's seed 0 does in 2 runs of 5
-  (docs/design-notes.md, The learner's compute). float32 everywhere else: on CPUs with
-  AVX512-BF16 alone bf16 bought 1.19x the frames/s and one seed learned slower; on
-  GPUs an update was slower in bf16 at these sizes; on MLPs bf16 is slower; and other
-  agents and models were not measured with it.
+- auto: float32 everywhere. bf16 trained Pong's ppo learner 1.85x as fast on a CPU with
+  AMX (1.19x with AVX512-BF16 alone) but learned slower per frame: 3 of 5 seeds reached
+  18 within 2.5M frames (median 2.14M) where float32 reached it in 5 of 5 (median
+  1.88M). Its rounding loses the policy's share of the shared torso's gradient while
+  the policy head is small (bench/bf16_grads.py), and its updates moved the policy
+  less (KL per update) all the way to 18 (docs/design-notes.md, The learner's
+  compute). On GPUs an update was slower in bf16 at these sizes, and on MLPs bf16 is
+  slower. `--precision=bf16` is there for a faster learner at that cost.
 
 The off-policy agents (sac, td3, ddpg: small MLPs on vectors, nothing for bf16 to
 speed up) train in float32 only.
@@ -46,12 +46,11 @@ def has_amx(device: torch.device) -> bool:
     return device.type == "cpu" and torch.cpu._is_amx_tile_supported()
 
 
-def choose_precision(requested: str, device: torch.device, off_policy: bool,
-                     ppo_on_pixels: bool = False) -> tuple[torch.dtype | None, str]:
+def choose_precision(requested: str, device: torch.device, off_policy: bool
+                     ) -> tuple[torch.dtype | None, str]:
     """(the autocast dtype, None for float32; a sentence saying what was chosen and
-    why) for `--precision=requested` on `device`; `ppo_on_pixels`: the agent is ppo
-    and its model the Nature CNN (what auto may run in bf16). `requested` must be one
-    of PRECISIONS and bf16 must not be asked of an off-policy agent (the config checks
+    why) for `--precision=requested` on `device`. `requested` must be one of
+    PRECISIONS and bf16 must not be asked of an off-policy agent (the config checks
     both)."""
     if off_policy:
         return None, "precision fp32 (the off-policy agents train in float32)"
@@ -66,12 +65,5 @@ def choose_precision(requested: str, device: torch.device, off_policy: bool,
     if device.type == "cuda":
         return None, (f"precision fp32 (--precision=auto: {native}, but a GPU's update was "
                       "slower in bf16 at these sizes; --precision=bf16 uses it)")
-    if not ppo_on_pixels:
-        return None, (f"precision fp32 (--precision=auto: {native}, but bf16 was measured "
-                      "to pay only for ppo on the Nature CNN; --precision=bf16 uses it)")
-    if has_amx(device):
-        return torch.bfloat16, ("precision bf16 (--precision=auto: this CPU has AMX, where bf16 "
-                                "trained Pong at 1.3x the frames/s; --precision=fp32 turns it "
-                                "off)")
-    return None, (f"precision fp32 (--precision=auto: {native}, but bf16 pays on CPUs with "
-                  "AMX only; --precision=bf16 uses it)")
+    return None, (f"precision fp32 (--precision=auto: {native}, but ppo learned Pong slower "
+                  "per frame in bf16; --precision=bf16 trains faster at that cost)")

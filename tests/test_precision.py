@@ -30,33 +30,26 @@ def test_choices(monkeypatch):
     dtype, why = choose_precision("auto", CPU, False)
     assert dtype is None and "no native bf16" in why
     assert "emulated" in choose_precision("bf16", CPU, False)[1]
-    # auto: bf16 for ppo on the Nature CNN on a CPU with AMX only
-    monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
-    monkeypatch.setattr(precision, "has_amx", lambda device: device.type == "cpu")
-    dtype, why = choose_precision("auto", CPU, False, ppo_on_pixels=True)
-    assert dtype is torch.bfloat16 and "AMX" in why and "--precision=fp32" in why
-    dtype, why = choose_precision("auto", CPU, False, ppo_on_pixels=False)
-    assert dtype is None and "Nature CNN" in why
-    assert choose_precision("auto", CPU, True, ppo_on_pixels=True)[0] is None  # off-policy
-    assert choose_precision("auto", torch.device("cuda"), False, ppo_on_pixels=True)[0] is None
-    monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AVX512-BF16")
-    monkeypatch.setattr(precision, "has_amx", lambda device: False)
-    dtype, why = choose_precision("auto", CPU, False, ppo_on_pixels=True)
-    assert dtype is None and "AMX only" in why
+    # auto: float32 even with native bf16 (it learned Pong slower per frame)
+    for device in (CPU, torch.device("cuda")):
+        monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
+        dtype, why = choose_precision("auto", device, False)
+        assert dtype is None and "AMX" in why and "--precision=bf16" in why
 
 
-def test_auto_runs_ppo_on_the_nature_cnn_in_bf16_where_the_cpu_has_amx(monkeypatch):
-    """make_agent tells choose_precision what the agent and its model are."""
+def test_auto_trains_ppo_on_the_nature_cnn_in_float32_even_with_amx(monkeypatch):
+    """make_agent's choice for every agent and model: float32 unless asked for bf16."""
     monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
-    monkeypatch.setattr(precision, "has_amx", lambda device: device.type == "cpu")
     pong = EnvInfo((4, 84, 84), "uint8", 6, "atari", 4, 4, "discrete")
-    for env, info, agent, expected in [("PongNoFrameskip-v4", pong, "ppo", torch.bfloat16),
-                                       ("PongNoFrameskip-v4", pong, "impala", None),
-                                       ("MinAtar/Breakout-v1", MINATAR, "ppo", None)]:
+    for env, info, agent, asked, expected in [
+            ("PongNoFrameskip-v4", pong, "ppo", "auto", None),
+            ("PongNoFrameskip-v4", pong, "impala", "auto", None),
+            ("MinAtar/Breakout-v1", MINATAR, "ppo", "auto", None),
+            ("PongNoFrameskip-v4", pong, "ppo", "bf16", torch.bfloat16)]:
         cfg, errors = make_config({**default_values(), "env": env, "agent": agent,
-                                   "device": "cpu"})
+                                   "device": "cpu", "precision": asked})
         assert not errors, errors
-        assert make_agent(cfg, info).autocast is expected, (env, agent)
+        assert make_agent(cfg, info).autocast is expected, (env, agent, asked)
 
 
 # MinAtar Breakout's shapes: the conv net, no emulator needed
@@ -106,39 +99,3 @@ def test_a_bf16_update_stays_close_to_fp32(agent_name, use_lstm):
     state = agents["bf16"].optimizers["main"].state_dict()["state"]
     assert all(t.dtype == torch.float32 for s in state.values() for t in s.values()
                if t.is_floating_point())
-
-
-def test_bf16_starts_after_its_warmup_in_float32():
-    """--bf16_warmup_steps: make_agent turns the env steps into updates (64 env steps
-    an update here: 100 steps -> 2 updates) and says so; `update` trains in float32 before
-    update `autocast_after`, bit for bit as an fp32 agent does, and in bf16 from it on."""
-    values = {**default_values(), "env": "MinAtar/Breakout-v1", "agent": "ppo",
-              "device": "cpu", "batch_size": 8, "r_f_steps": 8, "ppo_epochs": 1,
-              "ppo_minibatches": 1, "bf16_warmup_steps": 100}
-
-    def fresh(name):  # the same weights and a fresh optimizer every time
-        cfg, errors = make_config({**values, "precision": name})
-        assert not errors, errors
-        torch.manual_seed(0)
-        return cfg, make_agent(cfg, MINATAR)
-
-    cfg, bf16 = fresh("bf16")
-    assert bf16.autocast is torch.bfloat16 and bf16.autocast_after == 2
-    assert "fp32 for the first 100 env steps" in bf16.precision_reason
-    _, fp32 = fresh("fp32")
-    assert fp32.autocast_after == 0 and "first" not in fp32.precision_reason
-    torch.manual_seed(1)
-    batch = synthetic_batch(cfg, MINATAR, CPU)
-    with torch.no_grad():
-        batch["logits"] = fp32.model(batch["obs"], fp32.model.initial_state(8), batch["done"])[0]
-
-    def step(name, updates):
-        agent = fresh(name)[1]
-        agent.update(dict(batch), 0.0, updates)
-        return torch.cat([p.flatten() for p in agent.model.parameters()])
-
-    assert torch.equal(step("bf16", 1), step("fp32", 1))  # still warming up: float32
-    assert not torch.equal(step("bf16", 2), step("fp32", 2))  # bf16 from update 2 on
-    assert torch.equal(step("fp32", 2), step("fp32", 1))
-    cfg, errors = make_config({**values, "bf16_warmup_steps": -1})
-    assert cfg is None and errors == ["--bf16_warmup_steps: must be >= 0, got -1"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import math
 import os
 
 import torch
@@ -21,7 +20,7 @@ import torch.multiprocessing as mp
 from agents.agent import Agent
 from agents.group import ALONE, Group
 from agents.model_spec import ModelSpec
-from agents.networks import NatureCNN, policy_features
+from agents.networks import policy_features
 from agents.precision import choose_precision
 from agents.registry import AGENTS
 from replay.config import match_saved_states, parse_replay_parameters
@@ -60,14 +59,7 @@ def make_agent(cfg: Config, info: EnvInfo, device: torch.device | None = None) -
         torch.nn.init.constant_(model.log_std, cfg.log_std_init)
     agent = entry.cls.from_config(model, cfg, device or resolve_device(cfg.device))
     agent.autocast, agent.precision_reason = choose_precision(
-        cfg.precision, agent.device, cfg.off_policy,
-        ppo_on_pixels=cfg.agent == "ppo" and isinstance(model, NatureCNN))
-    if agent.autocast is not None and cfg.bf16_warmup_steps > 0:
-        per_update = cfg.batch_size * cfg.r_f_steps * cfg.learner_count
-        agent.autocast_after = math.ceil(cfg.bf16_warmup_steps / per_update)
-        agent.precision_reason += (f", from update {agent.autocast_after} on: fp32 for the "
-                                   f"first {cfg.bf16_warmup_steps:,} env steps "
-                                   "(--bf16_warmup_steps)")
+        cfg.precision, agent.device, cfg.off_policy)
     return agent
 
 
