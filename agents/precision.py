@@ -7,8 +7,9 @@
   features, state) come back as float32 (`ActorCritic.forward_with_hidden`), so the
   log-probabilities, ratios, advantages, V-trace and the losses are float32. The
   actors and the evaluator act in float32 whatever the learner uses.
-- auto: float32 everywhere. bf16 trained Pong's ppo learner 1.85x as fast on a CPU with
-  AMX (1.19x with AVX512-BF16 alone) but learned slower per frame: 3 of 5 seeds reached
+- auto: float32 everywhere. bf16 ran Pong's ppo learner step 1.85x as fast on a CPU with
+  AMX (whole training 1.2-1.3x the frames/s there, 1.19x with AVX512-BF16 alone) but
+  learned slower per frame: 3 of 5 seeds reached
   18 within 2.5M frames (median 2.14M) where float32 reached it in 5 of 5 (median
   1.88M). Its rounding loses the policy's share of the shared torso's gradient while
   the policy head is small (bench/bf16_grads.py), and its updates moved the policy
@@ -66,4 +67,4 @@ def choose_precision(requested: str, device: torch.device, off_policy: bool
         return None, (f"precision fp32 (--precision=auto: {native}, but a GPU's update was "
                       "slower in bf16 at these sizes; --precision=bf16 uses it)")
     return None, (f"precision fp32 (--precision=auto: {native}, but ppo learned Pong slower "
-                  "per frame in bf16; --precision=bf16 trains faster at that cost)")
+                  "per frame in bf16; --precision=bf16 uses it)")

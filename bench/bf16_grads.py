@@ -17,6 +17,11 @@ float32's gradient of the policy loss alone ("policy_cos") and of the whole loss
 ("total_cos"); and |total bf16 - total fp32| / |policy fp32| ("error_over_policy"):
 above 1, bf16's rounding of the whole gradient is larger than the policy's part of
 it. On a CPU without native bf16 PyTorch emulates it (slowly).
+
+Scope: feed-forward actor-critics with discrete actions whose heads share a torso (a
+saved ppo or impala run without --use_lstm; a fresh model: an Atari id, the Nature CNN
+with both normalisations). gamma, lambda and the loss weights are a saved run's own.
+Rewards are taken raw and a truncated episode as ended (no bootstrap), as fits Pong.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from agents.model_spec import ModelSpec  # noqa: E402
 from agents.networks import step_model  # noqa: E402
 from agents.normalize import value_scale  # noqa: E402
 from agents.ppo import gae  # noqa: E402
+from agents.registry import off_policy  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.config import env_options  # noqa: E402
 from training.evaluate import acting_model  # noqa: E402
+from wrappers.atari import looks_atari  # noqa: E402
 from wrappers.batched import EnvOptions  # noqa: E402
 from wrappers.envs import env_info, make_batched_env  # noqa: E402
 
@@ -148,9 +155,20 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     if args.checkpoint:
         ckpt = load_checkpoint(args.checkpoint)
-        model, env_id = acting_model(ckpt), ckpt["config"]["env"]
-        options = env_options(ckpt["config"], training=True)
+        cfg = ckpt["config"]
+        if cfg.get("use_lstm") or off_policy(cfg["agent"]):
+            print("bench.bf16_grads: --checkpoint: a feed-forward actor-critic's run only (no "
+                  "--use_lstm, no sac/td3/ddpg)", file=sys.stderr)
+            return 2
+        model, env_id = acting_model(ckpt), cfg["env"]
+        options = env_options(cfg, training=True)
+        for name in ("gamma", "gae_lambda", "value_loss_weight", "entropy_loss_weight"):
+            setattr(args, name, cfg.get(name, getattr(args, name)))
     else:
+        if not looks_atari(args.env):
+            print(f"bench.bf16_grads: --env: an Atari id for a fresh model (e.g. "
+                  f"PongNoFrameskip-v4), got {args.env!r}", file=sys.stderr)
+            return 2
         env_id, options = args.env, EnvOptions()
         info = env_info(env_id, options)
         model = ModelSpec(info.obs_shape, info.num_actions, hidden_size=512,
@@ -158,9 +176,8 @@ def main(argv=None) -> int:
     data = play(model, env_id, options, args.envs, args.steps)
     if not args.checkpoint:
         fit_statistics(model, data, args.gamma)
-    model.requires_grad_(True)
     adv, returns = targets(model, data, args.gamma, args.gae_lambda)
-    t = max(1, args.minibatch // args.envs)
+    t = max(1, min(args.steps, args.minibatch // args.envs))
     layers = compare(model, data["obs"][:t], data["action"][:t], adv[:t], returns[:t],
                      args.value_loss_weight, args.entropy_loss_weight)
     print(json.dumps({"checkpoint": args.checkpoint or None, "env": env_id,

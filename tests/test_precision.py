@@ -31,8 +31,9 @@ def test_choices(monkeypatch):
     assert dtype is None and "no native bf16" in why
     assert "emulated" in choose_precision("bf16", CPU, False)[1]
     # auto: float32 even with native bf16 (it learned Pong slower per frame)
+    monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
+    monkeypatch.setattr(precision, "has_amx", lambda device: True)
     for device in (CPU, torch.device("cuda")):
-        monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
         dtype, why = choose_precision("auto", device, False)
         assert dtype is None and "AMX" in why and "--precision=bf16" in why
 
@@ -40,6 +41,7 @@ def test_choices(monkeypatch):
 def test_auto_trains_ppo_on_the_nature_cnn_in_float32_even_with_amx(monkeypatch):
     """make_agent's choice for every agent and model: float32 unless asked for bf16."""
     monkeypatch.setattr(precision, "native_bf16", lambda device: "this CPU has AMX")
+    monkeypatch.setattr(precision, "has_amx", lambda device: True)
     pong = EnvInfo((4, 84, 84), "uint8", 6, "atari", 4, 4, "discrete")
     for env, info, agent, asked, expected in [
             ("PongNoFrameskip-v4", pong, "ppo", "auto", None),
