@@ -4,22 +4,12 @@ gradient close to float32's, and only layers both losses reach are compared."""
 
 from __future__ import annotations
 
-import torch
-
 from bench.bf16_grads import compare, play, targets
-from option_flags import default_values
-from training.config import make_config
-from wrappers.envs import env_info
-
-ENV_ID = "MinAtar/Breakout-v1"
+from tests.test_bench_bf16_ratio import ENV_ID, fresh_model
 
 
 def test_a_fresh_models_torso_gradients_in_bf16():
-    cfg, errors = make_config(default_values(env=ENV_ID))
-    assert not errors
-    info = env_info(ENV_ID, cfg.env_options())
-    torch.manual_seed(0)
-    model = cfg.model_spec(info).build()
+    cfg, _, model = fresh_model()
     data = play(model, ENV_ID, cfg.env_options(), envs=4, steps=64)
     assert data["obs"].shape[:2] == data["action"].shape == (64, 4)
     adv, returns = targets(model, data, 0.99, 0.95)

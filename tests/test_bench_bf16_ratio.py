@@ -17,12 +17,18 @@ from wrappers.envs import env_info
 ENV_ID = "MinAtar/Breakout-v1"
 
 
-def _model_and_config():
-    cfg, errors = make_config(default_values(env=ENV_ID))
+def fresh_model(env_id: str = ENV_ID):
+    """(config, env info, model): `env_id`'s defaults and a fresh model built after
+    torch.manual_seed(0) (tests/test_bench_bf16_grads.py uses it too)."""
+    cfg, errors = make_config(default_values(env=env_id))
     assert not errors
-    info = env_info(ENV_ID, cfg.env_options())
+    info = env_info(env_id, cfg.env_options())
     torch.manual_seed(0)
-    model = cfg.model_spec(info).build()
+    return cfg, info, cfg.model_spec(info).build()
+
+
+def _model_and_config():
+    cfg, info, model = fresh_model()
     ckpt = {"env_info": dataclasses.asdict(info), "config": cfg.to_dict(),
             "policies": [{"agent": {"model": model.state_dict()}}]}
     return acting_model(ckpt), cfg
