@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 from collections.abc import Iterable
 
 import torch
@@ -84,11 +85,37 @@ def build_optimizer(
     """RMSProp (IMPALA's choice) or Adam, which runs its fused kernel: one op a step
     for all the parameters, the same update as torch's loop over them up to float
     rounding (tests/test_optimizers.py), and faster (docs/results.md)."""
+    _uncompiled_methods()
     if name == "rmsprop":
         return torch.optim.RMSprop(params, lr=lr, alpha=rmsprop_alpha, eps=rmsprop_eps)
     if name == "adam":
         return torch.optim.Adam(params, lr=lr, eps=adam_eps, fused=True)
     raise ValueError(f"unknown optimizer {name!r}")
+
+
+# torch.compile's hooks in torch's optimizers import torch._dynamo on first use: 1.5 s of
+# CPU in every learner process (a third of a short run's start; docs/design-notes.md).
+# No learner here is compiled, so they are taken out: `_uncompiled_methods` and
+# `apply_step` (tests/test_optimizers.py: the same steps, and no torch._dynamo).
+DYNAMO_DISABLED = ("add_param_group", "zero_grad", "state_dict", "load_state_dict")
+
+
+def _uncompiled_methods() -> None:
+    """Give `Optimizer`'s methods that torch wraps in `torch._disable_dynamo` the cache
+    that wrapper fills on its first call (the function that excludes the method from
+    compilation, which needs torch._dynamo): the method itself."""
+    for name in DYNAMO_DISABLED:
+        method = inspect.unwrap(getattr(torch.optim.Optimizer, name))
+        if getattr(method, "__dynamo_disable", None) is None:
+            setattr(method, "__dynamo_disable", method)
+
+
+def apply_step(optimizer: torch.optim.Optimizer) -> None:
+    """`optimizer.step()` without its wrappers: the graph breaks for torch.compile
+    around it (each imports torch._dynamo) and the step hooks, which nothing here
+    registers. Under no_grad, as the wrapper runs a non-differentiable optimizer."""
+    with torch.no_grad():
+        inspect.unwrap(type(optimizer).step)(optimizer)
 
 
 # how an optimizer computes its step, not what it has learned: a checkpoint's say
@@ -197,7 +224,7 @@ class Agent:
         clip = self.schedules[name].max_grad_norm
         norm = nn.utils.clip_grad_norm_(params, clip) if clip > 0 else \
             nn.utils.get_total_norm([p.grad for p in params if p.grad is not None])
-        optimizer.step()
+        apply_step(optimizer)
         return norm.detach()
 
     @property

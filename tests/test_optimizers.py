@@ -2,18 +2,24 @@
 kernel, and its steps are Adam's (Kingma & Ba, 2015, with torch's eps outside the
 square root) against a NumPy reference in float64; a checkpoint written by the
 per-parameter loop (every run before the fused kernel) resumes on the fused one,
-where the loop would have gone; and an agent loaded from another's state (pbt's
-exploit) shares none of its optimizer's tensors."""
+where the loop would have gone; an agent loaded from another's state (pbt's
+exploit) shares none of its optimizer's tensors; and the learner's step without
+torch.compile's hooks (`apply_step`) is `optimizer.step()`, in a process that never
+imports torch._dynamo."""
 
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import torch
 
-from agents.agent import build_optimizer
+from agents.agent import apply_step, build_optimizer
 from option_flags import default_values
+from tests.conftest import ROOT
 from tests.test_registry import _batch
 from training.config import make_config
 from training.factory import make_agent
@@ -104,3 +110,47 @@ def test_an_agent_loaded_from_another_shares_no_optimizer_state_with_it():
             assert torch.equal(after["state"][k][name], value), (k, name)
     assert copy_.optimizers["main"].state_dict()["state"][0]["step"].item() == \
         before["state"][0]["step"].item() + cfg.ppo_epochs * cfg.ppo_minibatches
+
+
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+def test_apply_step_steps_as_the_optimizers_own_step(name):
+    g = torch.Generator().manual_seed(1)
+    start = [torch.randn(s, generator=g) for s in ((8, 3), (8,))]
+    params = {k: [torch.nn.Parameter(x.clone()) for x in start] for k in ("own", "apply")}
+    opts = {k: build_optimizer(p, name, lr=1e-2, rmsprop_eps=1e-5) for k, p in params.items()}
+    for _ in range(5):
+        grads = [torch.randn_like(x) for x in start]
+        for k, opt in opts.items():
+            opt.zero_grad(set_to_none=True)
+            for p, grad in zip(params[k], grads, strict=True):
+                p.grad = grad.clone()
+        opts["own"].step()
+        apply_step(opts["apply"])
+    for a, b, x in zip(params["own"], params["apply"], start, strict=True):
+        assert torch.equal(a, b) and not torch.equal(a, x)
+    own, applied = (opts[k].state_dict()["state"] for k in ("own", "apply"))
+    assert all(torch.equal(own[i][n], applied[i][n]) for i in own for n in own[i])
+
+
+LEARNER = """
+import copy, sys
+from option_flags import default_values
+from tests.test_registry import _batch
+from training.config import make_config
+from training.factory import make_agent
+from wrappers.envs import env_info
+cfg, _ = make_config(default_values(env="CartPole-v1", agent="AGENT"))
+agent = make_agent(cfg, env_info(cfg.env, cfg.env_options()))
+agent.update(_batch(cfg.r_f_steps, 4, 4, 2, seed=0), progress=0.0)
+agent.load_state_dict(copy.deepcopy(agent.state_dict()))
+print(sorted(m for m in sys.modules if m.startswith("torch._dynamo")))
+"""
+
+
+@pytest.mark.parametrize("agent", ["ppo", "impala"])
+def test_a_learner_never_imports_torch_dynamo(agent):
+    # its import is 1.5 s of CPU; a torch whose optimizers reach it another way fails here
+    out = subprocess.run([sys.executable, "-c", LEARNER.replace("AGENT", agent)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
