@@ -113,12 +113,12 @@ def gae(rewards: torch.Tensor, discounts: torch.Tensor, values: torch.Tensor,
 def as_steps(batch: dict[str, torch.Tensor], *per_step: torch.Tensor
              ) -> tuple[dict[str, torch.Tensor], ...]:
     """Rollouts `batch` [T+1, B, ...] and tensors [T, B] as T x B rollouts of one
-    step: `batch` [2, T*B, ...] (row 1, which the losses do not read, repeats row 0)
-    and each tensor [1, T*B], step (t, b) at column t*B + b. For a feed-forward
-    model, whose output at a step depends on that step's observation alone."""
+    step: `batch` [1, T*B, ...] and each tensor [1, T*B], step (t, b) at column
+    t*B + b (`epochs` gives a minibatch of it the second row a rollout has, a
+    repeat of row 0 the losses do not read). For a feed-forward model, whose output
+    at a step depends on that step's observation alone."""
     t = per_step[0].shape[0]
-    steps = {k: v[:t].reshape(1, -1, *v.shape[2:]).expand(2, -1, *v.shape[2:])
-             for k, v in batch.items() if k != "replayed"}
+    steps = {k: v[:t].reshape(1, -1, *v.shape[2:]) for k, v in batch.items() if k != "replayed"}
     return (steps, *(x.reshape(1, -1) for x in per_step))
 
 
@@ -283,6 +283,8 @@ class PPOAgent(Agent):
                 cols = cols.to(adv.device)
                 part = {k: v[:, cols] for k, v in batch.items()
                         if k != "replayed" and not (k == "obs" and "input" in batch)}
+                if cfg.shuffle == "steps":  # row 1 (T+1 = 2): a view of row 0, not a copy
+                    part = {k: v.expand(2, *v.shape[1:]) for k, v in part.items()}
                 loss, stats = self.minibatch_loss(part, adv[:, cols], returns[:, cols],
                                                   old_values[:, cols])
                 grad_norm = self.step(loss)

@@ -285,6 +285,7 @@ def test_minibatches_of_steps_cover_every_step_once_per_epoch_across_rollouts():
 
     def spy(part, adv, returns, old_values):
         assert part["obs"].shape[:2] == (2, 6) and adv.shape == (1, 6)
+        assert part["obs"].stride(0) == 0  # row 1, never read, is row 0's view, not a copy
         seen.append(part["obs"][0, :, 0].long().tolist())
         return original(part, adv, returns, old_values)
 
