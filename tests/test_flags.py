@@ -217,10 +217,14 @@ def test_box2d_discrete_gets_sb3_zoos_ppo_values_and_minibatches_of_steps():
     # impala there keeps the vector family's values
     impala, _ = parse("--env=LunarLander-v3", "--agent=impala")
     assert (impala.gamma, impala.lr, impala.r_f_steps) == (0.99, 2e-3, 20)
-    # the other families keep theirs: gamma 0.99, lambda 0.95, whole rollouts
-    for env in ("CartPole-v1", "PongNoFrameskip-v4", "MinAtar/Breakout-v1", "Hopper-v5"):
+    # the other families keep theirs: gamma 0.99, lambda 0.95, whole rollouts (Atari:
+    # minibatches of steps; with an LSTM, whole rollouts)
+    for env, shuffle in (("CartPole-v1", "rollouts"), ("PongNoFrameskip-v4", "steps"),
+                         ("MinAtar/Breakout-v1", "rollouts"), ("Hopper-v5", "rollouts")):
         cfg, _ = parse(f"--env={env}", "--agent=ppo")
-        assert (cfg.gamma, cfg.gae_lambda, cfg.ppo_shuffle) == (0.99, 0.95, "rollouts"), env
+        assert (cfg.gamma, cfg.gae_lambda, cfg.ppo_shuffle) == (0.99, 0.95, shuffle), env
+    cfg, errors = parse("--env=PongNoFrameskip-v4", "--use_lstm=true")
+    assert not errors and cfg.ppo_shuffle == "rollouts"
     # steps: more minibatches than rollouts; an LSTM makes the auto value whole rollouts
     cfg, errors = parse("--env=CartPole-v1", "--agent=ppo", "--ppo_shuffle=steps",
                         "--ppo_minibatches=64")

@@ -284,9 +284,9 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _enum("ppo_shuffle", None, ("rollouts", "steps"),
               "What a minibatch is made of: whole rollouts (Sample Factory's way; needed by "
               "--use_lstm) or steps drawn from every rollout (CleanRL's and SB3's way, "
-              "feed-forward only); auto: steps for ppo agents on Box2D discrete "
+              "feed-forward only); auto: steps for ppo agents on Atari, Box2D discrete "
               "(LunarLander-v3), HalfCheetah and the continuous family (Box actions outside "
-              "MuJoCo), else rollouts (MuJoCo included)."),
+              "MuJoCo), else rollouts (MuJoCo included; and with --use_lstm)."),
         _float("ppo_clip", None,
                "ppo: clip of the probability ratio; auto: 0.1 pixels, 0.2 vector (CleanRL's "
                "Atari and CartPole values)."),

@@ -213,7 +213,9 @@ FAMILIES = (
         # per batch (4 minibatches of 256), a constant learning rate; 3 epochs, not 4:
         # 1.16-1.19x the frames/s on 2 cores, and Pong's 18 at 1.95-2.19M frames over 3
         # seeds, within the 4-epoch seeds' 1.70-2.65M; within 2.5M frames in 4 of 6
-        # 3-epoch runs (seed 0 stalled in 2 of 4), 6 of 9 with 4 (docs: results.md)
+        # 3-epoch runs (seed 0 stalled in 2 of 4), 6 of 9 with 4 (docs: results.md);
+        # minibatches of steps from all 8 rollouts (CleanRL's way), not of 2 whole
+        # rollouts: 18 within 2.5M frames in 6 of 6 seeds (1.93-2.48M), 10 of 12 before
         agent="ppo", ppo_constant_lr=True,
         # impala with both normalisations reached 18 on Pong at 3.85M frames (seed
         # 0); without, mean-100 0 took 8.48M and 18 was not reached in 10M
@@ -221,7 +223,7 @@ FAMILIES = (
                       hidden_size=512, envs_per_worker=4, clip_rewards=True, ppo_clip=0.1,
                       normalize_input=True, normalize_returns=True, entropy_loss_weight=0.01,
                       ppo_epochs=3, ppo_minibatches=4),
-        ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128)),
+        ppo_defaults=dict(optimizer="adam", lr=2.5e-4, r_f_steps=128, ppo_shuffle="steps")),
     EnvFamily(
         # minatar imports matplotlib and seaborn for its rendering: 1.2 s
         "minatar", is_minatar, _check_minatar, _make_minatar, agent="impala",
