@@ -215,7 +215,7 @@ FAMILIES = (
         # seeds, within the 4-epoch seeds' 1.70-2.65M; within 2.5M frames in 4 of 6
         # 3-epoch runs (seed 0 stalled in 2 of 4), 6 of 9 with 4 (docs: results.md);
         # minibatches of steps from all 8 rollouts (CleanRL's way), not of 2 whole
-        # rollouts: 18 within 2.5M frames in 6 of 6 seeds (1.93-2.48M), 10 of 12 before
+        # rollouts: 18 within 2.5M frames in 7 of 7 seeds (1.93-2.48M), 10 of 12 before
         agent="ppo", ppo_constant_lr=True,
         # impala with both normalisations reached 18 on Pong at 3.85M frames (seed
         # 0); without, mean-100 0 took 8.48M and 18 was not reached in 10M
