@@ -169,12 +169,17 @@ class ActorCritic(nn.Module):
 
     # the memory layout of the float input the torso reads (`_input`)
     input_format = torch.preserve_format
+    # what `scale_input` multiplies observations by
+    input_scale = 1.0
 
     def scale_input(self, obs: torch.Tensor,
                     memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        """obs [N, *obs_shape] as the float the net reads, before normalisation, laid
-        out in `memory_format`."""
-        return obs.to(torch.float32, memory_format=memory_format)
+        """obs [N, *obs_shape] as the float the net reads, before normalisation
+        (x `input_scale`), laid out in `memory_format`."""
+        x = obs.to(torch.float32, memory_format=memory_format)
+        if self.input_scale == 1.0:
+            return x
+        return x * self.input_scale if x is obs else x.mul_(self.input_scale)
 
     def _input(self, obs: torch.Tensor) -> torch.Tensor:
         """obs [N, *obs_shape] -> the float32 [N, *obs_shape] the torso reads: scaled
@@ -234,10 +239,7 @@ class NatureCNN(ActorCritic):
     # 1.6x faster to train the Nature CNN on the CPU (a minibatch of 256 frames,
     # 2 threads: 140 -> 86 ms a forward and backward pass); MinAtarCNN shares it
     input_format = torch.channels_last
-
-    def scale_input(self, obs: torch.Tensor,
-                    memory_format: torch.memory_format = torch.preserve_format) -> torch.Tensor:
-        return obs.to(torch.float32, memory_format=memory_format).mul_(1.0 / 255.0)
+    input_scale = 1.0 / 255.0
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:
         # a copy only where x did not come through `_input` (already channels-last)

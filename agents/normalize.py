@@ -111,10 +111,37 @@ def update_returns(model: nn.Module, targets: torch.Tensor, group: Group = ALONE
             norm.merge(moments)
 
 
+# rows summed at once in float32 by `uint8_moments`: 256 x 255^2 < 2^24, so every
+# partial sum of values and of squares is an integer float32 holds exactly
+_EXACT_ROWS = 256
+
+
+def uint8_moments(x: torch.Tensor, shape: tuple[int, ...], scale: float) -> Moments:
+    """(N, mean float32 `shape`, population variance float32 `shape`) of scale x x for
+    x uint8 [N, *shape], exact before the final rounding to float32: integer sums in
+    float32 chunks of `_EXACT_ROWS` rows, then float64. On a rollout of 512 Pong frame
+    stacks 23 ms against 66 ms to scale it and take `torch.var_mean` (2 threads)."""
+    x = x.reshape(-1, *shape)
+    n = x.shape[0]
+    if n == 0:
+        return batch_moments(x, shape)
+    total = torch.zeros(2, *shape, dtype=torch.float64, device=x.device)
+    for i in range(0, n, _EXACT_ROWS):
+        chunk = x[i:i + _EXACT_ROWS].float()
+        total[0] += chunk.sum(0)
+        total[1] += chunk.square_().sum(0)
+    mean = total[0] / n
+    var = (total[1] / n - mean.square()).clamp_(min=0.0)
+    return n, (mean * scale).float(), (var * scale * scale).float()
+
+
 def input_moments(model: nn.Module, obs: torch.Tensor) -> Moments:
     """The moments of observations [T, B, *obs_shape] (uint8 or float) as the model's
-    input statistics see them (scaled); the model must normalise inputs."""
+    input statistics see them (scaled by its `input_scale`); the model must normalise
+    inputs."""
     shape = tuple(model.obs_norm.mean.shape)
+    if obs.dtype == torch.uint8:
+        return uint8_moments(obs, shape, model.input_scale)
     return batch_moments(model.scale_input(obs.reshape(-1, *shape)), shape)
 
 
@@ -123,4 +150,4 @@ def update_inputs(model: nn.Module, obs: torch.Tensor) -> None:
     model's input statistics (nothing when it does not normalise inputs)."""
     norm = getattr(model, "obs_norm", None)
     if norm is not None:
-        norm.update(model.scale_input(obs.reshape(-1, *norm.mean.shape)))
+        norm.merge(input_moments(model, obs))

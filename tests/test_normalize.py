@@ -10,7 +10,8 @@ import torch
 from agents.agent import OptimConfig
 from agents.model_spec import build_model
 from agents.networks import step_model
-from agents.normalize import RunningMeanStd, update_inputs, update_returns
+from agents.normalize import (RunningMeanStd, batch_moments, uint8_moments, update_inputs,
+                              update_returns)
 from agents.ppo import PPOAgent, PPOConfig
 from workers.weights import SharedWeights
 
@@ -26,6 +27,26 @@ def test_running_statistics_equal_those_of_all_samples_at_once(shape):
     np.testing.assert_allclose(norm.mean.numpy(), every.mean(0), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(norm.var.numpy(), every.var(0), rtol=1e-4, atol=1e-5)
     assert float(norm.count) == len(every)
+
+
+@pytest.mark.parametrize("n", [1, 5, 256, 257, 700])
+def test_uint8_moments_are_exact_before_rounding(n):
+    """Frames' moments from integer sums (exact below 2^24 in float32 chunks of 256 rows)
+    against NumPy in float64, scaled as the Nature CNN scales its input; a pixel that
+    never changes has variance 0 exactly; the float path agrees to float32 rounding."""
+    rng = np.random.default_rng(n)
+    x = rng.integers(0, 256, (n, 3, 5, 5), dtype=np.uint8)
+    x[:, 0] = 255  # constant pixels, the largest squares
+    count, mean, var = uint8_moments(torch.from_numpy(x), (3, 5, 5), 1 / 255)
+    ref = x.astype(np.float64) / 255
+    assert count == n and mean.dtype == var.dtype == torch.float32
+    np.testing.assert_allclose(mean.numpy(), ref.mean(0), rtol=1e-7, atol=0)
+    np.testing.assert_allclose(var.numpy(), ref.var(0), rtol=1e-6, atol=1e-12)
+    assert (var[0] == 0).all()
+    _, mean32, var32 = batch_moments(torch.from_numpy(x).float() / 255, (3, 5, 5))
+    torch.testing.assert_close(mean, mean32, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(var, var32, rtol=1e-5, atol=1e-7)
+    assert uint8_moments(torch.from_numpy(x[:0]), (3, 5, 5), 1 / 255)[0] == 0
 
 
 def test_normalize_clips_and_denormalize_inverts():
