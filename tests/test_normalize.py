@@ -10,8 +10,13 @@ import torch
 from agents.agent import OptimConfig
 from agents.model_spec import build_model
 from agents.networks import step_model
-from agents.normalize import (RunningMeanStd, batch_moments, uint8_moments, update_inputs,
-                              update_returns)
+from agents.normalize import (
+    RunningMeanStd,
+    batch_moments,
+    uint8_moments,
+    update_inputs,
+    update_returns,
+)
 from agents.ppo import PPOAgent, PPOConfig
 from workers.weights import SharedWeights
 
