@@ -76,8 +76,8 @@ class RunningMeanStd(nn.Module):
         Pong frame stacks: 6.7 ms from uint8 to normalised, against 10.9 ms as
         subtract, divide and clamp into new tensors). The result has x's memory layout
         (channels-last for the CNNs' inputs); the statistics are laid out as x is for
-        the pass, which otherwise reads them across its strides (1,032 channels-last Pong
-        frame stacks: 84 ms against 53)."""
+        the pass, which otherwise reads them across its strides (channels-last Pong frame
+        stacks on 2 threads: 47 ms against 33 for 1,032, 0.062 against 0.015 for 4)."""
         inv = 1.0 / self.std()
         shift = -self.mean * inv
         if not x.is_contiguous():
