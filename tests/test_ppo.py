@@ -366,19 +366,16 @@ def test_gae_from_the_actors_values_runs_no_pass_and_equals_the_learners_when_th
     assert not torch.equal(agent.targets(stale)[0], agent.targets(dict(batch))[0])
 
 
-@pytest.mark.parametrize("agent_name", ["ppo", "impact"])
-def test_an_update_normalises_its_inputs_once_and_trains_bit_for_bit_as_before(agent_name):
-    """ppo's epochs read the batch's observations prepared once (scaled and normalised:
-    `ActorCritic.prepare`), not once per forward pass; the update is the same bit for
-    bit as one that normalises in every pass (Atari's uint8 frames, input statistics)."""
+def _pong_update(**flags):
+    """(config, env info, a random batch [T+1=7, B=4] of Pong frames) for one small
+    update of Pong's defaults with `flags`."""
     from option_flags import default_values
     from training.config import make_config
-    from training.factory import make_agent
     from wrappers.envs import EnvInfo
 
-    cfg, errors = make_config(default_values(env="PongNoFrameskip-v4", agent=agent_name,
-                                             batch_size=4, r_f_steps=6, worker_count=1,
-                                             ppo_minibatches=2, normalize_input=True))
+    cfg, errors = make_config(default_values(env="PongNoFrameskip-v4", batch_size=4,
+                                             r_f_steps=6, worker_count=1, ppo_minibatches=2,
+                                             **flags))
     assert not errors, errors
     info = EnvInfo(obs_shape=(4, 84, 84), obs_dtype="uint8", num_actions=6, kind="atari",
                    frames_per_step=4, frame_stack=4)
@@ -392,6 +389,17 @@ def test_an_update_normalises_its_inputs_once_and_trains_bit_for_bit_as_before(a
              "done": torch.zeros(t + 1, b, dtype=torch.bool),
              "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
              "bootstrap_value": torch.zeros(t + 1, b)}
+    return cfg, info, batch
+
+
+@pytest.mark.parametrize("agent_name", ["ppo", "impact"])
+def test_an_update_normalises_its_inputs_once_and_trains_bit_for_bit_as_before(agent_name):
+    """ppo's epochs read the batch's observations prepared once (scaled and normalised:
+    `ActorCritic.prepare`), not once per forward pass; the update is the same bit for
+    bit as one that normalises in every pass (Atari's uint8 frames, input statistics)."""
+    from training.factory import make_agent
+
+    cfg, info, batch = _pong_update(agent=agent_name, normalize_input=True)
     agents, passes = [], []
     for prepare_once in (True, False):
         torch.manual_seed(0)
@@ -423,27 +431,9 @@ def test_the_cnns_input_is_prepared_channels_last_and_minibatches_keep_it(shuffl
     read it, and so is every minibatch gathered from it: no pass re-lays its input
     (on Pong's update 5% faster, `bench.learner_step`). The update is the same bit for
     bit as with the plain NCHW input (the net's `input_format` at preserve_format)."""
-    from option_flags import default_values
-    from training.config import make_config
     from training.factory import make_agent
-    from wrappers.envs import EnvInfo
 
-    cfg, errors = make_config(default_values(env="PongNoFrameskip-v4", agent="ppo",
-                                             batch_size=4, r_f_steps=6, worker_count=1,
-                                             ppo_minibatches=2, ppo_shuffle=shuffle))
-    assert not errors, errors
-    info = EnvInfo(obs_shape=(4, 84, 84), obs_dtype="uint8", num_actions=6, kind="atari",
-                   frames_per_step=4, frame_stack=4)
-    g = torch.Generator().manual_seed(0)
-    t, b = cfg.r_f_steps, 4
-    batch = {"obs": torch.randint(0, 255, (t + 1, b, 4, 84, 84), generator=g,
-                                  dtype=torch.uint8),
-             "action": torch.randint(0, 6, (t + 1, b), generator=g),
-             "logits": torch.randn(t + 1, b, 6, generator=g), "value": torch.zeros(t + 1, b),
-             "reward": torch.randn(t + 1, b, generator=g),
-             "done": torch.zeros(t + 1, b, dtype=torch.bool),
-             "truncated": torch.zeros(t + 1, b, dtype=torch.bool),
-             "bootstrap_value": torch.zeros(t + 1, b)}
+    cfg, info, batch = _pong_update(agent="ppo", ppo_shuffle=shuffle)
     models, layouts = [], []
     for input_format in (torch.channels_last, torch.preserve_format):
         torch.manual_seed(0)
