@@ -6,10 +6,20 @@ STAMP := $(VENV)/.installed
 
 .PHONY: train test lint bench board docs clean
 
+# pip byte-compiles what it installs one file at a time (about 50 of the set-up's 77 s on 2
+# cores); compileall does the same on every core. Like pip, it skips the few files it
+# cannot compile (some of torch's are written for newer Pythons).
+define COMPILE
+import compileall, sysconfig
+compileall.compile_dir(sysconfig.get_path('purelib'), quiet=2, workers=0)
+endef
+export COMPILE
+
 $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-compile -r requirements.txt
+	$(PY) -c "$$COMPILE"
 	touch $(STAMP)
 
 train: $(STAMP)
