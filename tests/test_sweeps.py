@@ -127,14 +127,29 @@ def test_dry_run_uses_a_custom_change_args_and_writes_nothing(tmp_path, capsys):
         ([], "give --grid, --list, --seeds"),
     ],
 )
-def test_bad_sweeps_exit_2_and_create_nothing(tmp_path, args, message):
+def test_bad_sweeps_exit_2_and_create_nothing(tmp_path, capsys, args, message):
+    # in this process (multi_train.main returns the exit status): 13 interpreters that
+    # import torch cost the suite about 25 s; the next test goes through the command line
     sweep_file = tmp_path / "sweep.json"
     sweep_file.write_text(json.dumps({"grid": {"lr": [0.1]}, "sed": [1]}))
     args = [f"--sweep_file={sweep_file}" if a == "SWEEP_FILE" else a for a in args]
     sweep = tmp_path / "sweep"
-    proc = run_sweep(f"--sweep_dir={sweep}", *args, timeout=60)
+    try:
+        status = multi_train.main([f"--sweep_dir={sweep}", *args])
+    except SystemExit as e:  # argparse's own refusals
+        status = e.code
+    out = capsys.readouterr()
+    assert status == 2, out.out + out.err
+    assert message in out.err
+    assert not sweep.exists()
+
+
+def test_a_bad_sweep_exits_2_from_the_command_line(tmp_path):
+    sweep = tmp_path / "sweep"
+    proc = run_sweep(f"--sweep_dir={sweep}", '--grid={"batch_size": ["abc"]}', timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert message in proc.stderr
+    assert "error: bad sweep, nothing was started" in proc.stderr
+    assert "--batch_size=abc" in proc.stderr
     assert not sweep.exists()
 
 
