@@ -226,6 +226,7 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
             population_preflight(policies, None)[0]
         driver = build_driver(cfg, plan, run, policy=ModelPolicy if train else RandomPolicy,
                               policies=policies)
+        assert driver.evaluator is None, "the rates must not wait for evaluations"
         me, wall0 = psutil.Process(), time.time()
         cpu0 = sum(me.cpu_times()[:2])
         if not train:  # every slot freed unread: no input statistics, no batch
@@ -281,6 +282,9 @@ def main() -> None:
         learner_threads=args.learner_threads,
         save_model_period=10**9,
         status_interval=1e9,
+        # no evaluator: the run's end would wait for an evaluation of the final policy
+        # (10 whole games), counted as training time; Sample Factory's rate has none
+        eval_interval=0,
         use_lstm=args.use_lstm,
         precision=args.precision,
     )
