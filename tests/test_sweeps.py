@@ -134,10 +134,7 @@ def test_bad_sweeps_exit_2_and_create_nothing(tmp_path, capsys, args, message):
     sweep_file.write_text(json.dumps({"grid": {"lr": [0.1]}, "sed": [1]}))
     args = [f"--sweep_file={sweep_file}" if a == "SWEEP_FILE" else a for a in args]
     sweep = tmp_path / "sweep"
-    try:
-        status = multi_train.main([f"--sweep_dir={sweep}", *args])
-    except SystemExit as e:  # argparse's own refusals
-        status = e.code
+    status = multi_train.main([f"--sweep_dir={sweep}", *args])
     out = capsys.readouterr()
     assert status == 2, out.out + out.err
     assert message in out.err
