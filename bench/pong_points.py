@@ -4,6 +4,7 @@
                                 [--noop_threshold=30] [--seed=0]
     python -m bench.pong_points --tracker_offset=4 --tracker_wait=45 [--games=1]
     python -m bench.pong_points --checkpoint=results/<run> --trace_points=1 [--hold_down=40]
+    python -m bench.pong_points --episodes=results/<run> [--window_frames=250000]
 
 With --checkpoint: whole games of PongNoFrameskip-v4 (test mode's env options, but
 `--noop_threshold` as given: 0 makes every game start alike) on 8 envs, actions
@@ -12,8 +13,13 @@ a game (index 0 = the game's first) it counts how often the agent lost it
 (`lost_by_point`), and for each loss of a first point the env step of the game at
 which it fell (`first_point_lost_at_step`). `lost_after_a_loss` and `lost_after_a_win`
 are [points lost, points played] over the points that followed a lost and a won one:
-whether losses come in runs. Games still running when the quota is
-met are not counted.
+whether losses come in runs. `steps_per_point` is the games' env steps over their
+points (a game of return r has 42 - |r| points): short points are won outright, long
+ones are rallies. Games still running when the quota is met are not counted.
+
+With --episodes: no play, but a training run's episodes.csv read in windows of
+`--window_frames` frames: for each window its games, their mean return and their env
+steps per point, as above. Whether a run learned to win points outright or in rallies.
 
 With --tracker_offset: no policy, but a paddle that follows the ball by the emulator's
 RAM (ball y at byte 54, the agent's paddle at byte 51): after `--tracker_wait` env
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import glob
 import json
 import os
 import sys
@@ -73,6 +80,7 @@ def play_points(act, env, games: int) -> dict:
     after = {"loss": [0, 0], "win": [0, 0]}  # points lost, points played, after a lost/won one
     first_lost_at: list[int] = []
     returns: list[float] = []
+    lengths: list[int] = []
     while len(returns) < games:
         step = env.step(act(obs, starts))
         obs, starts = step.obs, step.terminated | step.truncated
@@ -83,6 +91,7 @@ def play_points(act, env, games: int) -> dict:
             if len(returns) < games:
                 assert sum(r for _, r in points[i]) == ret, "the points do not add up"
                 returns.append(float(ret))
+                lengths.append(int(steps[i]))
                 for k, (t, r) in enumerate(points[i]):
                     if r < 0:
                         lost[k] = lost.get(k, 0) + 1
@@ -95,7 +104,41 @@ def play_points(act, env, games: int) -> dict:
     return {"games": len(returns), "mean": float(np.mean(returns)), "returns": returns,
             "lost_by_point": dict(sorted(lost.items())),
             "first_point_lost_at_step": first_lost_at,
-            "lost_after_a_loss": after["loss"], "lost_after_a_win": after["win"]}
+            "lost_after_a_loss": after["loss"], "lost_after_a_win": after["win"],
+            "steps_per_point": steps_per_point(np.array(lengths), np.array(returns))}
+
+
+def steps_per_point(lengths: np.ndarray, returns: np.ndarray) -> float:
+    """Env steps per point over whole games of Pong: int [G] lengths, float [G] returns
+    (a game ends at 21, so it has 21 + 21 - |return| points)."""
+    return float(lengths.sum() / (42 - np.abs(returns)).sum())
+
+
+def episodes_csv(run: str) -> str | None:
+    """The episodes.csv of a run directory (or of the one run under a `bench.learning`
+    results directory), or None."""
+    found = [os.path.join(run, "episodes.csv")] + sorted(
+        glob.glob(os.path.join(run, "*", "episodes.csv")))
+    return next((f for f in found if os.path.isfile(f)), None)
+
+
+def episode_windows(path: str, window_frames: int) -> list[dict]:
+    """The training games of an episodes.csv in windows of `window_frames` frames: per
+    window, the frame it starts at, its games, their mean return and env steps per
+    point."""
+    table = np.genfromtxt(path, delimiter=",", names=True, ndmin=1, invalid_raise=False)
+    if table.size == 0:
+        return []
+    frames, returns = table["frames"], table["episode_return"]
+    windows = []
+    for start in range(0, int(frames.max()) + 1, window_frames):
+        inside = (frames >= start) & (frames < start + window_frames)
+        if inside.any():
+            windows.append({"from_frames": start, "games": int(inside.sum()),
+                            "mean_return": round(float(returns[inside].mean()), 2),
+                            "steps_per_point": round(steps_per_point(
+                                table["episode_length"][inside], returns[inside]), 1)})
+    return windows
 
 
 def policy_act(checkpoint: dict, greedy: bool, seed: int):
@@ -201,7 +244,17 @@ def main(argv=None) -> int:
     p.add_argument("--tracker_wait", type=int, default=0)
     p.add_argument("--trace_points", type=int, help="trace one greedy game's first N points")
     p.add_argument("--hold_down", type=int, default=0, help="with --trace_points: DOWN first")
+    p.add_argument("--episodes", help="a training run's directory: its games in windows")
+    p.add_argument("--window_frames", type=int, default=250_000)
     a = p.parse_args(argv)
+    if a.episodes is not None:
+        path = episodes_csv(a.episodes)
+        if path is None:
+            p.error(f"--episodes: no episodes.csv in {a.episodes} or a directory under it")
+        if a.window_frames <= 0:
+            p.error("--window_frames: give a positive number of frames")
+        print(json.dumps({"episodes": path, "windows": episode_windows(path, a.window_frames)}))
+        return 0
     if a.tracker_offset is not None:
         points = tracker_points(a.tracker_offset, a.tracker_wait, max_points=a.games * 21)
         print(json.dumps({"tracker_offset": a.tracker_offset, "tracker_wait": a.tracker_wait,

@@ -1,17 +1,21 @@
 """bench/pong_points.py: a game's points add up to its score, the losses are counted by
-point, and the RAM tracker returns Pong's opening serve (the point every trained policy
-of the results page loses)."""
+point, the RAM tracker returns Pong's opening serve (the point every trained policy
+of the results page loses), and a run's games are read in windows of frames."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
+import pytest
 
 from bench.pong_points import (
     DOWN,
     ENV_ID,
     NUM_ENVS,
+    episode_windows,
+    episodes_csv,
+    main,
     play_points,
     policy_act,
     policy_trace,
@@ -52,6 +56,33 @@ def test_the_points_lost_add_up_to_the_scores():
     assert lost_l + lost_w == expected - out["lost_by_point"].get(0, 0)
     points_played = sum(21 + (21 - abs(r)) for r in out["returns"])
     assert played_l + played_w == points_played - 2 and lost_l <= played_l and lost_w <= played_w
+    assert 0 < out["steps_per_point"] < 500
+
+
+def test_a_runs_games_in_windows_of_frames(tmp_path, capsys):
+    run = tmp_path / "PongNoFrameskip-v4_1"
+    run.mkdir()
+    # (frames, return, length): windows of 1,000 frames hold games 1-2, none, game 3
+    games = [(400, -21.0, 840), (900, 5.0, 3700), (2500, 21.0, 1050)]
+    (run / "episodes.csv").write_text(
+        "env_steps,frames,episode_return,episode_length,wall_time\n"
+        + "".join(f"{f // 4},{f},{r},{n},1.0\n" for f, r, n in games))
+    assert episodes_csv(str(tmp_path)) == str(run / "episodes.csv") == episodes_csv(str(run))
+    windows = episode_windows(str(run / "episodes.csv"), 1000)
+    # 21 + 21 - |return| points a game: 21 + 37 in the first window, 21 in the last
+    assert windows == [
+        {"from_frames": 0, "games": 2, "mean_return": -8.0, "steps_per_point": round(4540 / 58, 1)},
+        {"from_frames": 2000, "games": 1, "mean_return": 21.0, "steps_per_point": 50.0}]
+    assert main([f"--episodes={tmp_path}", "--window_frames=1000"]) == 0
+    assert '"games": 2' in capsys.readouterr().out
+    (run / "episodes.csv").write_text("env_steps,frames,episode_return,episode_length,wall_time\n")
+    assert episode_windows(str(run / "episodes.csv"), 1000) == []  # a run with no game yet
+
+
+def test_episodes_without_a_run_is_a_usage_error(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        main([f"--episodes={tmp_path}"])
+    assert stop.value.code == 2
 
 
 def test_a_saved_policy_acts_on_every_env():
