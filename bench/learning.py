@@ -79,12 +79,12 @@ def running_mean(returns: np.ndarray, window: int) -> np.ndarray:
 
 
 def curve(episodes_csv: str, window: int) -> dict[str, np.ndarray]:
-    """Per finished episode: env_steps, frames, wall_time, episode_return and `mean`,
-    the running mean over `window` episodes."""
+    """Per finished episode: env_steps, frames, wall_time, episode_return,
+    episode_length and `mean`, the running mean over `window` episodes."""
     with open(episodes_csv, newline="") as f:
         rows = list(csv.DictReader(f))
     cols = {k: np.array([float(r[k]) for r in rows])
-            for k in ("env_steps", "frames", "wall_time", "episode_return")}
+            for k in ("env_steps", "frames", "wall_time", "episode_return", "episode_length")}
     cols["mean"] = running_mean(cols["episode_return"], window)
     return cols
 

@@ -57,6 +57,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from agents.networks import step_model  # noqa: E402
+from bench.learning import curve  # noqa: E402
 from training.checkpoint import load_checkpoint  # noqa: E402
 from training.config import env_options  # noqa: E402
 from training.evaluate import acting_model  # noqa: E402
@@ -126,10 +127,10 @@ def episode_windows(path: str, window_frames: int) -> list[dict]:
     """The training games of an episodes.csv in windows of `window_frames` frames: per
     window, the frame it starts at, its games, their mean return and env steps per
     point."""
-    table = np.genfromtxt(path, delimiter=",", names=True, ndmin=1, invalid_raise=False)
-    if table.size == 0:
+    cols = curve(path, window=1)
+    frames, returns = cols["frames"], cols["episode_return"]
+    if len(frames) == 0:
         return []
-    frames, returns = table["frames"], table["episode_return"]
     windows = []
     for start in range(0, int(frames.max()) + 1, window_frames):
         inside = (frames >= start) & (frames < start + window_frames)
@@ -137,7 +138,7 @@ def episode_windows(path: str, window_frames: int) -> list[dict]:
             windows.append({"from_frames": start, "games": int(inside.sum()),
                             "mean_return": round(float(returns[inside].mean()), 2),
                             "steps_per_point": round(steps_per_point(
-                                table["episode_length"][inside], returns[inside]), 1)})
+                                cols["episode_length"][inside], returns[inside]), 1)})
     return windows
 
 
@@ -248,6 +249,9 @@ def main(argv=None) -> int:
     p.add_argument("--window_frames", type=int, default=250_000)
     a = p.parse_args(argv)
     if a.episodes is not None:
+        if a.checkpoint or a.tracker_offset is not None or a.trace_points is not None:
+            p.error("--episodes: reads a run's training games; leave out --checkpoint, "
+                    "--tracker_offset and --trace_points")
         path = episodes_csv(a.episodes)
         if path is None:
             p.error(f"--episodes: no episodes.csv in {a.episodes} or a directory under it")

@@ -79,10 +79,15 @@ def test_a_runs_games_in_windows_of_frames(tmp_path, capsys):
     assert episode_windows(str(run / "episodes.csv"), 1000) == []  # a run with no game yet
 
 
-def test_episodes_without_a_run_is_a_usage_error(tmp_path):
+def test_episodes_without_a_run_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main([f"--episodes={tmp_path}"])
-    assert stop.value.code == 2
+    assert stop.value.code == 2 and "no episodes.csv" in capsys.readouterr().err
+    (tmp_path / "episodes.csv").write_text(
+        "env_steps,frames,episode_return,episode_length,wall_time\n")
+    with pytest.raises(SystemExit) as stop:  # a run's games, not beside a mode that plays
+        main([f"--episodes={tmp_path}", "--tracker_offset=4"])
+    assert stop.value.code == 2 and "leave out --checkpoint" in capsys.readouterr().err
 
 
 def test_a_saved_policy_acts_on_every_env():
