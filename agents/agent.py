@@ -164,6 +164,9 @@ class Agent:
     # the status line's losses: (label, statistic, format)
     STATUS: tuple[tuple[str, str, str], ...] = (
         ("pg", "policy_loss", "+.3f"), ("v", "value_loss", ".3f"), ("ent", "entropy", ".3f"))
+    # the keys of `state_dict` that hold random streams (minibatch orders, sampled rows,
+    # noise): a copy of another agent's state keeps its own (training/pbt.py's exploit)
+    RANDOM_STATE: tuple[str, ...] = ()
 
     def __init__(self, model: nn.Module, optim: OptimConfig, device: torch.device,
                  main_params: Iterable[torch.Tensor] | None = None):

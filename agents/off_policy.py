@@ -183,6 +183,7 @@ class OffPolicyAgent(Agent):
 
     STATUS = (("q", "critic_loss", ".3f"), ("pi", "actor_loss", "+.3f"),
               ("Q", "q_mean", ".1f"))
+    RANDOM_STATE = ("generator",)
 
     def __init__(self, model: ActorQ, optim: OptimConfig, q_optim: OptimConfig,
                  device: torch.device, gamma: float, n_step: int, tau: float,

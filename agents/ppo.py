@@ -151,6 +151,8 @@ def policy_objective(log_ratio: torch.Tensor, adv: torch.Tensor, kl: torch.Tenso
 class PPOAgent(Agent):
     """`epochs` x `minibatches` optimizer steps per batch (see the module docstring)."""
 
+    RANDOM_STATE = ("ppo_generator",)
+
     def __init__(self, model: nn.Module, cfg: PPOConfig, optim: OptimConfig,
                  device: torch.device, seed: int = 0):
         super().__init__(model, optim, device)

@@ -9,7 +9,8 @@ it (between updates, in the driver's thread):
 - a policy among the worst as many picks one of the best at random and, if the
   objective gap is above `--pbt_replace_reward_gap_absolute` and, relative to the
   better one's, above `--pbt_replace_reward_gap`, copies its agent (weights,
-  optimizer state, target networks: the *exploit*) and its hyperparameters;
+  optimizer state, target networks: the *exploit*; its own random streams stay) and
+  its hyperparameters;
 - then every policy not left alone perturbs its (possibly copied) hyperparameters
   `--pbt_mutate`: each with probability `--pbt_mutation_rate` is multiplied or divided
   (a fair coin) by a factor drawn uniformly from [`--pbt_perturb_min`,
@@ -34,6 +35,7 @@ to the rows its checkpoint counted.
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import math
@@ -54,12 +56,27 @@ PBT_COLUMNS = ["env_steps", "policy_env_steps", "event", "policy", "source", "pa
 
 def retune(learner, cfg: Config) -> None:
     """Give `learner` (a `PolicyLearner`) an agent built from `cfg` on the same model,
-    with the old agent's whole state (optimizers, target networks, random streams): its
-    hyperparameters are then `cfg`'s, whatever the agent keeps them in."""
+    with the old agent's whole state (optimizers, target networks, random streams, the
+    precision it trains in, its learner group): its hyperparameters are then `cfg`'s,
+    whatever the agent keeps them in. The state is copied before the new agent is
+    built: a constructor may write to the shared model (sac fills its log alpha)."""
     old = learner.agent
+    state = copy.deepcopy(old.state_dict())
     agent = AGENTS[cfg.agent].cls.from_config(old.model, cfg, old.device)
-    agent.load_state_dict(old.state_dict())
+    agent.load_state_dict(state)
+    agent.autocast, agent.precision_reason, agent.group = \
+        old.autocast, old.precision_reason, old.group
     learner.agent, learner.cfg = agent, cfg
+
+
+def exploit(learner, source) -> None:
+    """Copy `source`'s agent into `learner`'s (weights, optimizers, target networks,
+    counters) but for its random streams (`Agent.RANDOM_STATE`): the copy keeps its
+    own, or it would draw the same replay rows, noise and minibatches as its source."""
+    own = learner.agent.state_dict()
+    state = source.agent.state_dict()
+    learner.agent.load_state_dict(
+        {**state, **{key: own[key] for key in learner.agent.RANDOM_STATE}})
 
 
 class PopulationBasedTraining(Observer):
@@ -112,8 +129,7 @@ class PopulationBasedTraining(Observer):
                     relative > self.cfg.pbt_replace_reward_gap:
                 source = candidate
         if source != k:
-            learner = self.learners[k]
-            learner.agent.load_state_dict(self.learners[source].agent.state_dict())
+            exploit(self.learners[k], self.learners[source])
             self._row("exploit", k, source, "", "", "", obj)
             self.log.info(f"pbt: policy {k} (objective {obj[k]:.3g}) copies policy {source}'s "
                           f"weights (objective {obj[source]:.3g})")
