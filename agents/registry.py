@@ -23,11 +23,14 @@ import dataclasses
 import importlib
 from collections.abc import Mapping
 
+# the weights of an actor-critic loss's value and entropy terms (not the off-policy
+# agents': their critics and temperature have flags of their own)
+LOSS_FLAGS = ("value_loss_weight", "entropy_loss_weight")
 # the flags of the ppo family's loop (agents/ppo.py), and those of one agent alone
-PPO_FLAGS = ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip", "gae_lambda",
-             "ppo_advantage", "ppo_shuffle", "gae_values")
+PPO_FLAGS = LOSS_FLAGS + ("ppo_epochs", "ppo_minibatches", "ppo_clip", "ppo_value_clip",
+                          "gae_lambda", "ppo_advantage", "ppo_shuffle", "gae_values")
 TRULY_PPO_FLAGS = ("truly_ppo_delta", "truly_ppo_alpha")
-IMPALA_FLAGS = ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
+IMPALA_FLAGS = LOSS_FLAGS + ("pg_rho_const", "policy_gradient_loss_weight", "normalize_advantages",
                 "kl_div_threshold", "clear_policy_cloning_weight", "clear_value_cloning_weight")
 IMPACT_FLAGS = ("impact_target_update",)
 # the off-policy agents' (agents/off_policy.py): the rate limiter's and the loop's
@@ -43,7 +46,9 @@ OFF_POLICY = dict(batch_size=256, r_f_steps=8, envs_per_worker=1, optimizer="ada
                   normalize_returns=False, clip_rewards=False, gamma=0.99,
                   training_fill_in_factor=0.0, replay_ratio=1.0,
                   environment_max_steps=1_000_000, save_model_period=50_000,
-                  learner_csv_interval=100)
+                  learner_csv_interval=100, pbt_mutate="lr,q_lr")
+# the hyperparameters PBT perturbs by default for the actor-critic agents
+ON_POLICY = {"pbt_mutate": "lr,entropy_loss_weight"}
 
 
 def _load(path: str):
@@ -80,15 +85,15 @@ class AgentEntry:
 
 AGENTS: dict[str, AgentEntry] = {
     "impala": AgentEntry("agents.impala:ImpalaAgent", "V-trace, one step per batch",
-                         IMPALA_FLAGS, "impala", {"adam_eps": 1e-8}),
+                         IMPALA_FLAGS, "impala", {**ON_POLICY, "adam_eps": 1e-8}),
     "ppo": AgentEntry("agents.ppo:PPOAgent",
                       "APPO-style clipped surrogate, epochs x minibatches per batch",
-                      PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
+                      PPO_FLAGS, "ppo", {**ON_POLICY, "adam_eps": 1e-5}),
     "truly_ppo": AgentEntry("agents.ppo:PPOAgent", "Truly PPO's trust-region rollback",
-                            PPO_FLAGS + TRULY_PPO_FLAGS, "ppo", {"adam_eps": 1e-5}),
+                            PPO_FLAGS + TRULY_PPO_FLAGS, "ppo", {**ON_POLICY, "adam_eps": 1e-5}),
     "impact": AgentEntry("agents.impact:ImpactAgent",
                          "ppo's clip against a target network, V-trace advantages",
-                         PPO_FLAGS + IMPACT_FLAGS, "ppo", {"adam_eps": 1e-5}),
+                         PPO_FLAGS + IMPACT_FLAGS, "ppo", {**ON_POLICY, "adam_eps": 1e-5}),
     "sac": AgentEntry("agents.sac:SACAgent",
                       "soft actor-critic on transitions from a replay, Box actions",
                       OFF_POLICY_FLAGS + SAC_FLAGS, "off_policy",

@@ -330,8 +330,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
              "Env steps of uniform random actions before the first update (CleanRL's); auto: "
              "5000 for sac, 25000 for td3 and ddpg. The first update also waits for a batch "
              "of --batch_size distinct rollouts (--batch_size x --r_f_steps env steps: 2048 "
-             "with the defaults); below that, the learner then makes the updates the ratio "
-             "owes at once."),
+             "with the defaults); env steps taken while the replay cannot give one (that "
+             "fill, or a resume's refill without --checkpoint_replay) owe no updates."),
         _int("n_step", 1,
              "Steps of reward summed before bootstrapping (within a rollout and an episode)."),
         _float("tau", 0.005, "Polyak averaging of the target networks: target += tau x "
@@ -443,9 +443,10 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
                "PBT: a perturbed hyperparameter is multiplied or divided by a factor drawn "
                "uniformly between this..."),
         _float("pbt_perturb_max", 1.5, "...and this."),
-        _str("pbt_mutate", "lr,entropy_loss_weight",
-             "PBT: the hyperparameters it perturbs, comma-separated float flags every policy's "
-             "agent reads (lr, entropy_loss_weight, value_loss_weight, ppo_clip, q_lr...)."),
+        _str("pbt_mutate", None,
+             "PBT: the hyperparameters it perturbs, comma-separated float flags the policies' "
+             "agent reads (lr, entropy_loss_weight, value_loss_weight, ppo_clip, q_lr, alpha, "
+             "tau, gamma...); auto: lr,entropy_loss_weight, and lr,q_lr for sac/td3/ddpg."),
         _int("policy_index", None,
              "--op_mode=test: the policy to play; auto: the best by its last evaluation (by its "
              "mean-100 training return where none was evaluated)."),

@@ -251,8 +251,12 @@ def _pbt_problems(configs: list[Config]) -> list[str]:
         if name not in MUTABLE:
             errors.append(f"--pbt_mutate: {name!r} is not one of the hyperparameters PBT "
                           f"perturbs: {', '.join(MUTABLE)}")
-        elif readers is not None and run.agent not in readers:
-            errors.append(f"--pbt_mutate: {run.agent} does not read --{name}")
+            continue
+        deaf = sorted({c.agent for c in configs if readers is not None and c.agent not in readers})
+        if deaf:
+            errors.append(f"--pbt_mutate: {' and '.join(deaf)} does not read --{name}; leave "
+                          f"{name} out of the list (or --pbt_mutate out, for the agent's own "
+                          "default)")
     if not 0 < run.pbt_replace_fraction <= 0.5:
         errors.append(f"--pbt_replace_fraction: must be in (0, 0.5], got "
                       f"{run.pbt_replace_fraction}")
