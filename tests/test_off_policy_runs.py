@@ -50,17 +50,31 @@ def test_the_pacer_holds_the_ratio_with_a_slow_learner_and_with_slow_actors(rati
         assert per_update == pytest.approx(1 / ratio, rel=0.05), slow
 
 
-def test_the_actors_are_not_held_while_the_replay_cannot_give_a_batch():
-    """A resume without --checkpoint_replay: counters far on, the replay empty. Held,
-    the actors could never fill it, and the run would hang."""
+def test_a_resume_that_refills_its_replay_owes_no_updates():
+    """A resume without --checkpoint_replay: counters far on (45,000 updates at 50,000
+    env steps, the ratio's), the replay empty until 2,048 env steps came. The actors
+    are not held while it refills (held, they could never fill it, and the run would
+    hang), and the refill's env steps owe nothing: afterwards the learner makes an
+    update per env step from the checkpoint's updates, never a burst of the 2,048."""
     counters = types.SimpleNamespace(env_steps=50_000)
-    ready = {"now": False}
-    learner = types.SimpleNamespace(updates=100, ready=lambda: ready["now"],
-                                    mixer=types.SimpleNamespace(ready=lambda: ready["now"]))
+    filled = {"steps": 0}
+    ready = lambda: filled["steps"] >= 2048  # noqa: E731
+    learner = types.SimpleNamespace(updates=45_000, ready=ready,
+                                    mixer=types.SimpleNamespace(ready=ready))
     pacer = ReplayRatioPacer(counters, 1.0, learning_starts=5000, slack=32)
-    assert pacer.may_act([learner])
-    ready["now"] = True
-    assert not pacer.may_act([learner])
+    most_in_a_round = 0
+    for _ in range(400):
+        if pacer.may_act([learner]):
+            counters.env_steps += 16
+            filled["steps"] += 16
+        made = 0
+        while pacer.due(learner):
+            learner.updates += 1
+            made += 1
+        most_in_a_round = max(most_in_a_round, made)
+    assert filled["steps"] >= 2048 + 3000  # never held for long
+    assert most_in_a_round <= 16  # a round's env steps, no burst
+    assert learner.updates - 45_000 == pytest.approx(filled["steps"] - 2048, abs=32)
 
 
 def test_the_rate_limiter_in_a_run_of_actor_processes(results):
@@ -116,6 +130,25 @@ def test_checkpoint_with_the_replay_resume_and_test_mode(results):
     assert played.returncode == 0, played.stderr[-2000:]
 
 
+def test_a_resume_without_the_replay_goes_on_at_the_ratio(results):
+    """A resume without --checkpoint_replay refills 32 x 8 env steps, then trains at
+    the ratio (1) from the checkpoint's updates: no burst of the refill's 256."""
+    common = ("--env=Pendulum-v1", "--agent=ddpg", "--serial", f"--results_dir={results}",
+              "--learning_starts=300", *SMALL)
+    first = run_main(*common, "--environment_max_steps=600", timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    path = run_dir(results)
+    before = learner_rows(path)[-1]
+    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={path}",
+                       "--environment_max_steps=1000", timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "it refills" in open(os.path.join(path, "run.log")).read()
+    after = learner_rows(path)[-1]
+    steps = int(after["env_steps"]) - int(before["env_steps"])
+    updates = int(after["updates"]) - int(before["updates"])
+    assert updates == pytest.approx(steps - 32 * 8, abs=20), (steps, updates)
+
+
 def test_off_policy_agents_refuse_a_queue_and_their_missing_parts():
     values = {**default_values(), "env": "Pendulum-v1", "agent": "sac",
               "replay_parameters": '[{"type": "queue", "capacity": 1, "sample_ratio": 1}]',
@@ -123,6 +156,15 @@ def test_off_policy_agents_refuse_a_queue_and_their_missing_parts():
     _, errors = make_config(values, given={"replay_parameters", "use_lstm"})
     assert any("entry 0: a 'queue'" in e and "'standard'" in e for e in errors), errors
     assert any(e.startswith("--use_lstm: sac has no recurrent version") for e in errors)
+
+
+def test_sac_refuses_n_step_returns_td3_takes_them():
+    """sac's n-step target would lack the intermediate states' -alpha log pi terms."""
+    for agent, refused in (("sac", True), ("td3", False), ("ddpg", False)):
+        values = {**default_values(), "env": "Pendulum-v1", "agent": agent, "n_step": 3}
+        _, errors = make_config(values, given={"agent", "n_step"})
+        assert any(e.startswith("--n_step: sac's n-step target") and "--agent=sac" in e
+                   for e in errors) == refused, (agent, errors)
 
 
 def test_off_policy_agents_refuse_discrete_actions(results):

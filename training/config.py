@@ -182,6 +182,11 @@ def _off_policy_problems(v: dict, replays: list[ReplaySpec]) -> list[str]:
     for flag in ("n_step", "policy_frequency", "target_network_frequency"):
         if v[flag] is not None and v[flag] < 1:
             errors.append(f"--{flag}: must be >= 1, got {v[flag]}")
+    if name == "sac" and v["n_step"] > 1:  # agents/off_policy.py's `transitions`
+        errors.append(f"--n_step: sac's n-step target would need the soft return, the "
+                      f"-alpha log pi terms of the {v['n_step'] - 1} intermediate states, which "
+                      "its transitions do not carry; leave --n_step out (1) with --agent=sac, "
+                      "or use td3 or ddpg")
     for flag in ("learning_starts", "policy_noise", "noise_clip", "exploration_noise"):
         if v[flag] < 0:
             errors.append(f"--{flag}: must be >= 0, got {v[flag]}")

@@ -47,20 +47,29 @@ class BatchReadyPacer(Pacer):
 class ReplayRatioPacer(Pacer):
     """`ratio` updates per env step after `learning_starts` env steps (one policy).
 
-    The learner trains while its updates < ratio x (env steps - learning_starts) and a
-    batch is ready, so it never trains on an insert beyond the ratio. The actors get
-    no new slots while the env steps exceed learning_starts + updates / ratio by
-    `slack` or more (a round of rollouts of every actor: what they hold once granted),
-    so they cannot outrun a slow learner by more than that, unless the replays cannot
-    give a batch yet. `take_stats` says for how long, since the previous update,
-    the actors were held ("actor_wait_s") and the learner waited for env steps
-    with a batch at hand ("learner_wait_s"); a learner.csv row has their means."""
+    The learner trains while its updates < `allowed` and a batch is ready, so it never
+    trains on an insert beyond the ratio. Env steps taken while the replays cannot give
+    a batch are not owed: the allowance counts from the last time they could not (as
+    CleanRL's and Stable-Baselines3's loops, which make one update per step from the
+    first one they can make, never a burst of the missed ones). So a resume without
+    `--checkpoint_replay`, whose replays refill for --batch_size x --r_f_steps env steps,
+    goes on at the ratio from its checkpoint's updates. The actors get no new slots
+    while the env steps exceed those the updates stand for by `slack` or more (a round
+    of rollouts of every actor: what they hold once granted), so they cannot outrun a
+    slow learner by more than that, unless the replays cannot give a batch yet.
+    `take_stats` says for how long, since the previous update, the actors were held
+    ("actor_wait_s") and the learner waited for env steps with a batch at hand
+    ("learner_wait_s"); a learner.csv row has their means."""
 
     def __init__(self, counters, ratio: float, learning_starts: int, slack: int):
         self.counters = counters  # training.metrics.Counters: the run's env steps
         self.ratio = ratio
         self.learning_starts = learning_starts
         self.slack = slack
+        # (env steps, updates) the allowance counts from: set at the first look and
+        # again each time the replays can give a batch after they could not
+        self._base: tuple[int, int] | None = None
+        self._refilling = False
         self._waits = {"actor_wait_s": 0.0, "learner_wait_s": 0.0}
         self._since: dict[str, float | None] = dict.fromkeys(self._waits)
 
@@ -71,23 +80,30 @@ class ReplayRatioPacer(Pacer):
             self._waits[side] += now - since
         self._since[side] = now if waiting else None
 
-    def allowed(self) -> float:
-        """The updates the env steps so far allow."""
-        return self.ratio * (self.counters.env_steps - self.learning_starts)
+    def allowed(self, learner: PolicyLearner) -> float:
+        """The updates `learner` may have made by now (see the class docstring)."""
+        steps = self.counters.env_steps
+        if not learner.mixer.ready():
+            self._refilling = True
+        elif self._base is None or self._refilling:
+            self._base = (max(steps, self.learning_starts), learner.updates)
+            self._refilling = False
+        start, updates = self._base or (max(steps, self.learning_starts), learner.updates)
+        return updates + self.ratio * (steps - start)
 
     def due(self, learner: PolicyLearner) -> bool:
-        if learner.updates >= self.allowed():
+        if learner.updates >= self.allowed(learner):
             self._waiting("learner_wait_s", learner.ready())
             return False
         self._waiting("learner_wait_s", False)
         return learner.ready()
 
     def idle(self, learner: PolicyLearner) -> bool:
-        return learner.updates >= self.allowed() or not learner.ready()
+        return learner.updates >= self.allowed(learner) or not learner.ready()
 
     def may_act(self, learners: list[PolicyLearner]) -> bool:
         learner = learners[0]
-        ahead = self.counters.env_steps - self.learning_starts - learner.updates / self.ratio
+        ahead = (self.allowed(learner) - learner.updates) / self.ratio  # env steps
         # while the replays cannot give a batch (a resume without --checkpoint_replay
         # refills them) only the actors can change that: holding them would hang the run
         ok = ahead < self.slack or not learner.mixer.ready()
