@@ -1,0 +1,89 @@
+"""The benchmark suite: a run through main.py writes its record; the pages are what the
+records give (and stale pages fail here, as docs/flags.md's do in test_docs)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import bench.records as records
+from bench import report
+from bench.suite import ROWS, Row, run
+
+TINY = Row("tiny", "CartPole", "ppo, a tiny budget", "CartPole-v1",
+           ("--agent=ppo", "--serial", "--eval_interval=2000", "--learner_threads=1",
+            "--status_interval=30"), 4000, (1,), (15.0, 1000.0), 15.0)
+
+
+def test_a_run_of_a_row_writes_its_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "RESULTS", str(tmp_path / "records"))
+    with open(tmp_path / "log.txt", "w") as log:
+        assert run(TINY, [3], str(tmp_path / "runs"), log) == 0
+    (saved,) = records.load_records(str(tmp_path / "records"))["tiny"]
+    with open(tmp_path / "records" / "tiny" / "seed3.json") as f:
+        assert json.load(f) == saved
+    assert saved["seed"] == 3 and saved["row"] == "tiny"
+    assert len(saved["commit"]) == 40 and isinstance(saved["dirty"], bool)
+    assert saved["cores"] == os.cpu_count() and saved["cpu"] and saved["torch"]
+    assert saved["flags"]["agent"] == "ppo" and saved["flags"]["seed"] == 3
+    assert saved["command"] == TINY.command(3)
+    assert saved["env_steps"] >= 4000 and saved["fps"] > 0
+    curve = saved["curve"]
+    assert 0 < len(curve["frames"]) <= records.CURVE_POINTS
+    assert curve["frames"] == sorted(curve["frames"])
+    assert len(curve["mean"]) == len(curve["frames"]) == len(curve["wall_s"])
+    assert saved["final_mean"] == [m for m in curve["mean"] if m is not None][-1]
+    assert saved["reached"]["1000.0"] is None  # CartPole's returns stop at 500
+    hit = saved["reached"]["15.0"]
+    assert hit is not None and hit["frames"] == hit["env_steps"] <= saved["env_steps"]
+    assert len(saved["eval"]["mean"]) == 2  # at 2,000 and 4,000 env steps
+
+
+def test_downsample_keeps_the_ends_and_at_most_the_points():
+    assert list(records.downsample(5, 10)) == [0, 1, 2, 3, 4]
+    keep = records.downsample(10_000, 200)
+    assert len(keep) <= 200 and keep[0] == 0 and keep[-1] == 9_999
+
+
+def _record(seed: int, final: float, at: int | None) -> dict:
+    return {"row": "cartpole_ppo", "seed": seed, "commit": "a" * 40, "dirty": False,
+            "cpu": "Some CPU", "cores": 2, "torch": "2.13.0", "wall_s": 600.0,
+            "final_mean": final, "reached": {
+                "200.0": {"frames": 1000, "env_steps": 1000, "wall_s": 1.0},
+                "475.0": at and {"frames": at, "env_steps": at, "wall_s": 2.0}},
+            "curve": {"frames": [0, 500_000], "env_steps": [0, 500_000],
+                      "mean": [None, final], "wall_s": [0.0, 600.0]}}
+
+
+def test_the_tables_count_misses_as_never():
+    recs = [_record(1, 480.0, 200_000), _record(2, 300.0, None), _record(3, 490.0, 300_000)]
+    assert report.reached(recs, 475.0, "env steps") == (2, "300k [200k-300k] (2/3)")
+    assert report.reached(recs[:2], 475.0, "env steps") == (1, "— (1/2)")
+    page = report.render_results({"cartpole_ppo": recs})
+    line = next(x for x in page.splitlines() if x.startswith("| ppo |"))
+    assert "300k [200k-300k] (2/3)" in line and "480 [300-490]" in line
+    assert "10 min (Some CPU, 2 cores)" in line
+    assert "commit aaaaaaaaaa" in page
+
+
+def test_every_row_is_declared_whole():
+    for row in ROWS.values():
+        assert row.main in row.thresholds, row.name
+        assert row.seeds and min(row.seeds) >= 100, row.name  # fresh seeds
+        assert row.env_steps() * 4 >= row.budget_frames, row.name
+
+
+def test_the_pages_are_what_the_records_give():
+    assert report.write_pages(check=True) == 0, \
+        "docs/results.md or README.md is stale: run `python -m bench.suite report`"
+
+
+def test_the_check_finds_a_stale_page(tmp_path, monkeypatch):
+    stale = tmp_path / "results.md"
+    stale.write_text("# Results\n")
+    monkeypatch.setattr(report, "RESULTS_MD", str(stale))
+    assert report.write_pages(check=True) == 1
+    with pytest.raises(ValueError, match="markers"):
+        report._readme_with("no markers", "table")
