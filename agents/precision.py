@@ -7,15 +7,12 @@
   features, state) come back as float32 (`ActorCritic.forward_with_hidden`), so the
   log-probabilities, ratios, advantages, V-trace and the losses are float32. The
   actors and the evaluator act in float32 whatever the learner uses.
-- auto: float32 everywhere. bf16 ran Pong's ppo learner step 1.85x as fast on a CPU with
-  AMX (whole training 1.2-1.3x the frames/s there, 1.19x with AVX512-BF16 alone) but
-  learned slower per frame: 3 of 5 seeds reached
-  18 within 2.5M frames (median 2.14M) where float32 reached it in 5 of 5 (median
-  1.88M). Its rounding loses the policy's share of the shared torso's gradient while
-  the policy head is small (bench/bf16_grads.py), and its updates moved the policy
-  less (KL per update) all the way to 18 (docs/design-notes.md, The learner's
-  compute). On GPUs an update was slower in bf16 at these sizes, and on MLPs bf16 is
-  slower. `--precision=bf16` is there for a faster learner at that cost.
+- auto: float32 everywhere. bf16 runs Pong's ppo learner step faster on a CPU with
+  AMX but learned slower per frame: its rounding loses the policy's share of the
+  shared torso's gradient while the policy head is small, and its updates moved the
+  policy less (docs/design-notes.md, "The learner's compute: float32 or bf16?"). On
+  GPUs an update was slower in bf16 at these sizes, and on MLPs bf16 is slower.
+  `--precision=bf16` is there for a faster learner at that cost.
 
 The off-policy agents (sac, td3, ddpg: small MLPs on vectors, nothing for bf16 to
 speed up) train in float32 only.
