@@ -1,19 +1,25 @@
 """What tests/test_data_parallel.py runs in its learner ranks (spawned processes) and
-in its single reference learner: agents built from flags, a fixed batch, updates."""
+in its single reference learner: agents built from flags, a fixed batch, updates;
+and checkpoints of `GroupDriver.save` while rank 0 is slow at its own work."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import pickle
+import time
+from types import SimpleNamespace
 
 import torch
 
 from agents.normalize import RunningMeanStd, batch_moments
 from option_flags import default_values
 from training.config import make_config
-from training.data_parallel import GroupPacer, ProcessGroup
+from training.data_parallel import GroupFailure, GroupPacer, ProcessGroup
 from training.factory import make_agent
+from training.group_driver import GroupDriver
+from training.report import Counters
 from wrappers.envs import env_info
 
 UPDATES = int(os.environ.get("DP_UPDATES", 20))
@@ -162,6 +168,83 @@ def rank_main(rank: int, rendezvous: str, results: str, device: str = "cpu") -> 
     group.reduce_gradients = lambda params: None
     out["mutated"] = _cases(group, device, MUTATED, MUTATED_UPDATES)
     group.close()
+    with open(results + ".tmp", "wb") as f:
+        pickle.dump(out, f)
+    os.replace(results + ".tmp", results)
+
+
+# --- checkpoints while rank 0 works alone (`GroupDriver.save`) ---------------------------
+SAVE_TIMEOUT_S = 2.0  # the ranks' --learner_timeout
+SLOW_S = 4.0  # rank 0's own work (or rank 1's hang), well past the timeout
+# case -> (seconds before rank 0's save, its write, before rank 1's save)
+SAVE_CASES = {"evaluate": (SLOW_S, 0.0, 0.0),  # rank 0's final evaluation
+              "write": (0.0, SLOW_S, 0.0),  # a large replay, a slow disk
+              "hang": (0.0, 0.0, SLOW_S)}  # rank 1 hangs: rank 0 must still give up
+
+
+class _SavedLearner:
+    """What `GroupDriver.save` reads of a policy learner: its agent's model and state."""
+
+    def __init__(self, rank: int):
+        torch.manual_seed(0)
+        self.agent = SimpleNamespace(model=torch.nn.Linear(3, 2))
+        self.mixer = SimpleNamespace(replays=[])
+        self.rank = rank
+
+    def state_dict(self, include_replay_data: bool) -> dict:
+        return {"replays": [f"rank {self.rank}'s replays"]}
+
+
+class _SlowSaver(GroupDriver):
+    """`GroupDriver` of stand-in parts; its checkpoint is kept in `written` and takes
+    `write_s` to write."""
+
+    write_s = 0.0
+    written = None
+
+    def write_checkpoint(self, policies: list[dict]) -> str:
+        time.sleep(self.write_s)
+        self.written = policies
+        return "checkpoint.pt"
+
+
+def _both_here(path: str, rank: int, deadline_s: float = 60.0) -> None:
+    """Wait until both ranks reached this point (a file each), so that the group
+    starts within its short timeout however long the imports took."""
+    open(f"{path}.{rank}", "w").close()
+    deadline = time.monotonic() + deadline_s
+    while not os.path.exists(f"{path}.{1 - rank}"):
+        assert time.monotonic() < deadline, "the other rank did not come"
+        time.sleep(0.05)
+
+
+def save_main(rank: int, rendezvous: str, results: str) -> None:
+    """Rank `rank` of 2 through each of SAVE_CASES, in a group of its own: a checkpoint
+    (`GroupDriver.save`), then the next iteration's agreement. Pickles to `results`,
+    per case: the GroupFailure's message (None: none), the seconds it took and
+    rank 0's checkpoint."""
+    torch.set_num_threads(1)
+    out = {}
+    for case, (before_0, write_0, before_1) in SAVE_CASES.items():
+        _both_here(f"{rendezvous}-{case}", rank)
+        group = ProcessGroup(rank, 2, f"{rendezvous}-{case}", torch.device("cpu"),
+                             SAVE_TIMEOUT_S, nccl=False)
+        report = SimpleNamespace(log=logging.getLogger(f"rank{rank}"), counters=Counters())
+        driver = _SlowSaver(SimpleNamespace(checkpoint_replay=True), None,
+                            [_SavedLearner(rank)], None, None, report, None, group=group)
+        driver.write_s = write_0 if rank == 0 else 0.0
+        t0 = time.monotonic()
+        error = None
+        try:
+            time.sleep(before_0 if rank == 0 else before_1)
+            driver.save()
+            group.agree([0.0])
+        except GroupFailure as e:
+            error = str(e)
+        out[case] = {"error": error, "seconds": time.monotonic() - t0 - (before_0 if rank == 0
+                                                                          else before_1),
+                     "written": driver.written}
+        group.close()
     with open(results + ".tmp", "wb") as f:
         pickle.dump(out, f)
     os.replace(results + ".tmp", results)

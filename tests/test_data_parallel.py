@@ -7,10 +7,15 @@ and Adam's steps on a fixed batch amplify the last bits (measured: at most 1.2e-
 weights of order 0.1 to 1 after 20 updates, 160 steps), hence rtol 1e-5 with atol
 1e-5. A wrong rule moves every step by a part of lr (1e-3) and fails it: skipping the
 all-reduce does (`test_without_the_all_reduce_...`), and so did, by hand, each
-rank standardising ppo's advantages over its own part of the minibatch only."""
+rank standardising ppo's advantages over its own part of the minibatch only.
+
+Checkpoints (`GroupDriver.save`): rank 1 waits past --learner_timeout for what rank 0
+does alone, its final evaluation or a slow write, and rank 0 still gives up within
+the timeout on a rank that hangs. An update broken off part-way is rolled back."""
 
 from __future__ import annotations
 
+import copy
 import os
 import pickle
 import time
@@ -19,28 +24,33 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from agents.group import Group
 from tests import dp_harness
+from training.data_parallel import GroupFailure
+from training.group_driver import Snapshot
 
 TIMEOUT = 240  # seconds for a pair of ranks to run every case
 # where the ranks' tensors live (gloo either way); DP_DEVICE=cuda:0 on a GPU machine
 DEVICE = os.environ.get("DP_DEVICE", "cpu")
 
 
-def run_ranks(tmp_path, device: str = DEVICE) -> dict[int, dict]:
+def run_ranks(tmp_path, *args, target=dp_harness.rank_main, timeout: float = TIMEOUT
+              ) -> dict[int, dict]:
     """Both ranks' results (files, not queues: no semaphore in /dev/shm while other
-    tests count its entries); each rank has a fresh rendezvous file and a timeout on
-    every collective, and the pair is killed past TIMEOUT."""
+    tests count its entries) of `target(rank, rendezvous, results, *args)`; each rank
+    has a fresh rendezvous file and a timeout on every collective, and the pair is
+    killed past `timeout` seconds."""
     ctx = mp.get_context("spawn")
     files = [os.path.join(tmp_path, f"rank{r}.pkl") for r in (0, 1)]
-    procs = [ctx.Process(target=dp_harness.rank_main,
-                         args=(r, os.path.join(tmp_path, "rendezvous"), files[r], device))
+    procs = [ctx.Process(target=target,
+                         args=(r, os.path.join(tmp_path, "rendezvous"), files[r], *args))
              for r in (0, 1)]
     for p in procs:
         p.start()
-    deadline = time.monotonic() + TIMEOUT
+    deadline = time.monotonic() + timeout
     try:
         while any(p.exitcode is None for p in procs):
-            assert time.monotonic() < deadline, f"the ranks took more than {TIMEOUT}s"
+            assert time.monotonic() < deadline, f"the ranks took more than {timeout}s"
             assert all(p.exitcode in (None, 0) for p in procs), [p.exitcode for p in procs]
             time.sleep(0.2)
     finally:
@@ -58,7 +68,7 @@ def run_ranks(tmp_path, device: str = DEVICE) -> dict[int, dict]:
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    return run_ranks(tmp_path_factory.mktemp("dp"))
+    return run_ranks(tmp_path_factory.mktemp("dp"), DEVICE)
 
 
 @pytest.mark.parametrize("case", list(dp_harness.CASES))
@@ -103,3 +113,76 @@ def test_a_starved_rank_makes_both_wait_and_the_wait_is_counted(ranks):
     assert ranks[0]["starved"] == [False, True]
     assert ranks[1]["starved"] == [False, True]
     assert ranks[0]["waits"] == 1 and ranks[1]["waits"] == 0
+
+
+@pytest.fixture(scope="module")
+def saves(tmp_path_factory):
+    return run_ranks(tmp_path_factory.mktemp("saves"), target=dp_harness.save_main,
+                     timeout=90)
+
+
+@pytest.mark.parametrize("case", ["evaluate", "write"])
+def test_the_ranks_wait_past_the_timeout_for_what_rank_0_does_alone(saves, case):
+    """Rank 0 evaluates the final policy before its last checkpoint, or writes a
+    checkpoint slowly, for longer than --learner_timeout: rank 1 waits for it (in the
+    save, not in a collective) and the checkpoint holds rank 1's replays."""
+    for rank in (0, 1):
+        assert saves[rank][case]["error"] is None, (rank, saves[rank][case]["error"])
+    assert saves[1][case]["seconds"] > dp_harness.SAVE_TIMEOUT_S
+    assert saves[0][case]["written"][0]["rank_replays"] == [["rank 1's replays"]]
+
+
+def test_rank_0_gives_up_within_the_timeout_on_a_rank_that_hangs(saves):
+    out = saves[0]["hang"]
+    assert "a collective with the other learners failed" in out["error"]
+    assert out["seconds"] < dp_harness.SLOW_S - 1.0
+    assert out["written"] is None
+
+
+class _FailingGroup(Group):
+    """A lone learner whose gradient reduction fails at its `fail_at`-th call."""
+
+    def __init__(self, fail_at: int):
+        self.calls, self.fail_at = 0, fail_at
+
+    def reduce_gradients(self, params):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise GroupFailure("a rank died")
+
+
+def test_an_update_broken_off_part_way_is_rolled_back_to_the_snapshot():
+    """ppo's 8 Adam steps per update, broken off after 2: the snapshot (taken before
+    the first step, with no moments yet, then before each update: allocated again
+    once the moments exist, then copied into) brings back the parameters, buffers,
+    moments, step counts and minibatch generator of the last whole update."""
+    agent = dp_harness.make("ppo_steps")
+    b = dp_harness.batch(agent, dp_harness.B)
+    snapshot = Snapshot()
+    for _ in range(2):
+        snapshot.take(agent)
+        agent.update(b, 0.0)
+    snapshot.take(agent)
+    expected = copy.deepcopy(agent.state_dict())
+    agent.group = _FailingGroup(fail_at=3)
+    with pytest.raises(GroupFailure):
+        agent.update(b, 0.0)
+    assert agent.group.calls == 3  # two steps were taken
+    snapshot.restore(agent)
+    _assert_same(agent.state_dict(), expected)
+
+
+def _assert_same(got, want, path: str = "state") -> None:
+    """`got` and `want` (nested dicts, lists, tensors, numbers) are equal, bit for bit."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), path
+        for k in want:
+            _assert_same(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list | tuple):
+        assert len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_same(g, w, f"{path}[{i}]")
+    elif isinstance(want, torch.Tensor):
+        assert torch.equal(got, want), path
+    else:
+        assert got == want, path

@@ -22,6 +22,10 @@ What keeps the ranks identical (training/group_driver.py drives them):
 Every collective has `--learner_timeout`: a rank that hangs makes the others fail
 within it; a rank that dies is seen at the next collective (its sockets close).
 Either way the others stop with status 1, rank 0 saving the last agreed update.
+The one wait without it is for what rank 0 does alone (`wait_for_rank_0`: its final
+evaluation, writing a checkpoint): the others wait as long as that takes, while
+rank 0 still gives up within the timeout on a rank that does not come. Proven for
+gloo only; NCCL reports its failures otherwise (`_collective`).
 """
 
 from __future__ import annotations
@@ -49,7 +53,26 @@ class GroupFailure(RuntimeError):
     """A collective failed: another learner died, or hung past --learner_timeout."""
 
 
+# how long the other ranks wait for rank 0's own work (`wait_for_rank_0`): in effect
+# without a timeout; a rank 0 that dies ends the wait at once (its sockets close)
+RANK_0_WAIT = datetime.timedelta(days=7)
+
+
 def _collective(fn):
+    """`fn`, a method with collectives, whose failure is raised as `GroupFailure`
+    (training/session.py and rank_main stop on it, saving the last agreed update).
+
+    What this catches is an error raised synchronously by the collective call, as
+    gloo raises them: a timeout, a connection a dead rank closed. That is what the
+    tests prove (tests/test_data_parallel*.py, gloo on CPU). NCCL (every rank on a GPU
+    of its own: the losses' and gradients' collectives, `max_difference`) is not
+    proven, and by PyTorch's documentation would not be caught here: its collectives
+    return once queued on the GPU, and a timeout or error is found later by its
+    watchdog thread, which with the default TORCH_NCCL_ASYNC_ERROR_HANDLING=3 tears
+    the process down; the run would end killed, not with status 1, with no checkpoint
+    past the last periodic one. TORCH_NCCL_BLOCKING_WAIT=1 is documented to make the
+    wait block and raise on the timeout, which this would catch. Neither was run. The
+    driver's agreements, gathers and `wait_for_rank_0` are gloo in either case."""
     @functools.wraps(fn)
     def wrapper(self, *args, **kwargs):
         try:
@@ -162,6 +185,21 @@ class ProcessGroup(Group):
         dist.all_reduce(diff, op=dist.ReduceOp.MAX)
         return float(diff)
 
+    @_collective
+    def wait_for_rank_0(self) -> None:
+        """Every rank calls it once rank 0's own work is due to be over (its final
+        evaluation, writing a checkpoint): rank 0 tells each other rank, giving up
+        after --learner_timeout on one that does not listen; the others wait for it
+        up to RANK_0_WAIT, not the timeout (by point-to-point messages on the gloo
+        group: a gloo send completes only once its receiver takes it)."""
+        flag = torch.zeros(1)
+        if self.rank == 0:
+            timeout = datetime.timedelta(seconds=self.timeout_s)
+            for work in [dist.isend(flag, dst=r, group=self.cpu) for r in range(1, self.size)]:
+                work.wait(timeout)
+        else:
+            dist.irecv(flag, src=0, group=self.cpu).wait(RANK_0_WAIT)
+
     def close(self) -> None:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -239,16 +277,11 @@ class Ranks:
             self.close(wait_s=0.0)
             raise
 
-    def close(self, wait_s: float = 30.0, clean: bool = False) -> list[int | None]:
-        """Leave the group (after a last agreement with the ranks when the run ended
-        `clean`; else a rank still waiting on rank 0 fails at once), wait up to
+    def close(self, wait_s: float = 30.0) -> list[int | None]:
+        """Leave the group (a rank still waiting on rank 0 fails at once; after a clean
+        run none is: the last checkpoint's `wait_for_rank_0` let them go), wait up to
         `wait_s` for the ranks to exit, kill the rest; their exit codes."""
         if getattr(self, "group", None) is not None:
-            if clean:
-                try:
-                    self.group.agree([0.0])
-                except GroupFailure:
-                    pass  # a rank that left: its exit code tells
             self.group.close()
         deadline = time.monotonic() + wait_s
         for p in self.procs:
@@ -300,8 +333,7 @@ def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
             driver.close()
             if status == 0:
                 try:
-                    driver.save()  # its part of the last checkpoint (a collective)
-                    group.agree([0.0])  # rank 0 wrote it: nobody is mid-collective now
+                    driver.save()  # its part of the last checkpoint, until rank 0 wrote it
                 except GroupFailure as e:
                     run.log.error(str(e))
                     status = 1

@@ -209,7 +209,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _float("learner_timeout", 120.0,
                "--learner_count > 1: seconds a rank waits for the others at a collective "
                "(and at start-up) before the run stops with status 1; bounds how long a hung "
-               "rank holds the others."),
+               "rank holds the others. Not while rank 0 evaluates the final policy or writes "
+               "a checkpoint alone: the others wait for that as long as it takes."),
         _int("queued_batches", None,
              "Rollout slots: the envs' own plus this many batches of finished rollouts that wait "
              "for the learner (the actors pause when they are all full), so a learner slower "

@@ -10,7 +10,9 @@ observer of rank 0), and the episodes every rank's actors finished (gathered to
 rank 0, which counts and records each once). A learner trains
 only when every rank has a batch (`GroupPacer`). Checkpoints fall at the same
 update on every rank: each sends rank 0 its replays' state and the largest
-parameter difference between the ranks is logged (it must be 0).
+parameter difference between the ranks is logged (it must be 0); the others wait
+for rank 0's own work around it (its final evaluation, its write) without the
+timeout. Before each update a rank keeps a `Snapshot` of its agent to roll back to.
 
 Rank 0 writes every file of the run directory: the CSVs, TensorBoard, summary.json,
 checkpoints, and the status line and evaluations. The others keep the counters
@@ -19,7 +21,6 @@ checkpoints, and the status line and evaluations. The others keep the counters
 
 from __future__ import annotations
 
-import copy
 import logging
 import sys
 
@@ -79,6 +80,58 @@ class FollowerReport:
         pass
 
 
+class Snapshot:
+    """An agent's state (`Agent.state_dict()`: the model, the optimizers' moments, the
+    targets, the generators) as of the last `take`, in tensors allocated once: each
+    later take copies into them, allocating again only when the state's tensors change
+    in number, shape, dtype or device (an optimizer's first step creates its moments).
+    Half a deep copy's time per update (impala on Pong, 2 CPU cores: 1.8 ms against
+    3.4; bench/rollback_copy.py), for a copy of the state kept between updates."""
+
+    def __init__(self):
+        self._buffers: list[torch.Tensor] = []
+        self.state: dict | None = None
+
+    def take(self, agent) -> None:
+        """Keep `agent`'s state as it is now."""
+        state = agent.state_dict()
+        tensors = _tensors(state)
+        if [(t.shape, t.dtype, t.device) for t in tensors] != \
+                [(b.shape, b.dtype, b.device) for b in self._buffers]:
+            self._buffers = [t.detach().clone() for t in tensors]
+        else:
+            for buffer, t in zip(self._buffers, tensors, strict=True):
+                buffer.copy_(t)
+        buffers = iter(self._buffers)
+        self.state = _replace_tensors(state, lambda _: next(buffers))
+
+    def restore(self, agent) -> None:
+        """Load the state of the last `take` into `agent` (its buffers stay this one's:
+        `Agent.load_state_dict` copies)."""
+        agent.load_state_dict(self.state)
+
+
+def _tensors(obj) -> list[torch.Tensor]:
+    """The tensors in `obj` (nested dicts, lists and tuples), depth first."""
+    if isinstance(obj, torch.Tensor):
+        return [obj]
+    items = obj.values() if isinstance(obj, dict) else obj if isinstance(obj, list | tuple) \
+        else ()
+    return [t for item in items for t in _tensors(item)]
+
+
+def _replace_tensors(obj, new):
+    """`obj` (nested dicts, lists and tuples) rebuilt with each tensor `t` replaced by
+    `new(t)`, in `_tensors`'s order; other values as they are."""
+    if isinstance(obj, torch.Tensor):
+        return new(obj)
+    if isinstance(obj, dict):
+        return {k: _replace_tensors(v, new) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return type(obj)(_replace_tensors(v, new) for v in obj)
+    return obj
+
+
 class GroupDriver(Driver):
     """`Driver` for rank `group.rank` of the group (see the module docstring)."""
 
@@ -89,6 +142,7 @@ class GroupDriver(Driver):
         self.agreed = True  # False once a collective failed: checkpoints are rank 0's alone
         self._steps = 0  # env steps received since the last agreement
         self._episodes: list[tuple[int, list]] = []  # (policy id, episodes) since then
+        self._snapshots = [Snapshot() for _ in self.learners]  # by policy id
 
     def run(self, stop_requested=lambda: False, max_env_steps: int | None = None) -> None:
         try:
@@ -144,13 +198,16 @@ class GroupDriver(Driver):
                 self._episodes.append((rollout.policy_id, rollout.episodes))
 
     def _update(self, learner: PolicyLearner, batch: dict[str, torch.Tensor]) -> None:
-        """An update; should a collective fail part-way (several optimizer steps), the
-        agent goes back to the last agreed update, which the checkpoint then holds."""
-        before = copy.deepcopy(learner.agent.state_dict())
+        """An update; should a collective fail part-way (after the update changed the
+        agent: several optimizer steps, merged statistics), the agent goes back to the
+        last agreed update (its `Snapshot`, taken before), which the checkpoint then
+        holds."""
+        snapshot = self._snapshots[learner.policy_id]
+        snapshot.take(learner.agent)
         try:
             super()._update(learner, batch)
         except BaseException:
-            learner.agent.load_state_dict(before)
+            snapshot.restore(learner.agent)
             raise
 
     def summary(self) -> dict:
@@ -160,25 +217,33 @@ class GroupDriver(Driver):
     def save(self) -> str | None:
         """The checkpoint of the last agreed update, written by rank 0 (returns its path;
         None on the other ranks): every rank's replays' state, after the group agreed.
-        Once a collective failed, rank 0 writes its own part alone."""
+        The other ranks wait for what rank 0 does alone, without --learner_timeout
+        (`ProcessGroup.wait_for_rank_0`): its final evaluation before the checkpoint's
+        collectives, its write after them (a large replay, a slow disk), so that no
+        rank waits in a collective while rank 0 is busy. Once a collective failed,
+        rank 0 writes its own part alone."""
         policies = [learner.state_dict(self.cfg.checkpoint_replay) for learner in self.learners]
-        if self.agreed:
-            try:
-                diff = max(self.group.max_difference(learner.agent.model)
-                           for learner in self.learners)
-                parts = self.group.gather([p["replays"] for p in policies])
-            except BaseException:
-                self.agreed = False
-                raise
-        if not self.leader:
+        if not self.agreed:
+            if self.leader:
+                self.log.warning("checkpoint of rank 0 alone (the learners lost each other): "
+                                 "the other ranks' replays are not in it")
+                return self.write_checkpoint(policies)
             return None
-        if self.agreed:
-            for i, policy in enumerate(policies):
-                policy["rank_replays"] = [part[i] for part in parts[1:]]
-            log = self.log.info if diff == 0 else self.log.error
-            log(f"checkpoint at {self.counters.updates:,} updates: the largest parameter "
-                f"difference between the {self.group.size} learners is {diff:g}")
-        else:
-            self.log.warning("checkpoint of rank 0 alone (the learners lost each other): "
-                             "the other ranks' replays are not in it")
-        return self.write_checkpoint(policies)
+        try:
+            self.group.wait_for_rank_0()
+            diff = max(self.group.max_difference(learner.agent.model)
+                       for learner in self.learners)
+            parts = self.group.gather([p["replays"] for p in policies])
+            path = None
+            if self.leader:
+                for i, policy in enumerate(policies):
+                    policy["rank_replays"] = [part[i] for part in parts[1:]]
+                log = self.log.info if diff == 0 else self.log.error
+                log(f"checkpoint at {self.counters.updates:,} updates: the largest parameter "
+                    f"difference between the {self.group.size} learners is {diff:g}")
+                path = self.write_checkpoint(policies)
+            self.group.wait_for_rank_0()
+        except BaseException:
+            self.agreed = False
+            raise
+        return path

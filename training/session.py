@@ -240,7 +240,7 @@ def run(cfg: Config, checkpoint: dict | None = None, policies: list[Config] | No
             run_dir.write_summary(driver.summary())
             run_dir.log.info(f"checkpoint saved: {os.path.abspath(path)}")
         if ranks is not None:  # after a failure a rank may hang: no long wait for it
-            codes = ranks.close(wait_s=30.0 if status == 0 else 2.0, clean=status == 0)
+            codes = ranks.close(wait_s=30.0 if status == 0 else 2.0)
             if any(code != 0 for code in codes):
                 run_dir.log.error(f"learner ranks 1..{cfg.learner_count - 1} exited with "
                                   f"{codes}")
