@@ -66,9 +66,9 @@ class ReplayRatioPacer(Pacer):
         self.ratio = ratio
         self.learning_starts = learning_starts
         self.slack = slack
-        # (env steps, updates) the allowance counts from: set at the first look and
+        # (env steps, updates) the allowance counts from: learning_starts at first, and
         # again each time the replays can give a batch after they could not
-        self._base: tuple[int, int] | None = None
+        self._base = (learning_starts, 0)
         self._refilling = False
         self._waits = {"actor_wait_s": 0.0, "learner_wait_s": 0.0}
         self._since: dict[str, float | None] = dict.fromkeys(self._waits)
@@ -85,10 +85,10 @@ class ReplayRatioPacer(Pacer):
         steps = self.counters.env_steps
         if not learner.mixer.ready():
             self._refilling = True
-        elif self._base is None or self._refilling:
+        elif self._refilling:
             self._base = (max(steps, self.learning_starts), learner.updates)
             self._refilling = False
-        start, updates = self._base or (max(steps, self.learning_starts), learner.updates)
+        start, updates = self._base
         return updates + self.ratio * (steps - start)
 
     def due(self, learner: PolicyLearner) -> bool:
