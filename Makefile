@@ -40,10 +40,12 @@ lint: $(STAMP)
 board: $(STAMP)
 	$(VENV)/bin/tensorboard --logdir results --port $(or $(PORT),6006)
 
-# The documentation site: the flags reference regenerated from training/flag_spec.py,
-# then a strict MkDocs build into site/ (any warning fails it)
+# The documentation site: the flags reference regenerated from training/flag_spec.py and
+# the table of which features compose from tests/pairs.py, then a strict MkDocs build into
+# site/ (any warning fails it)
 docs: $(STAMP)
 	$(PY) docs/gen_flags.py
+	$(PY) docs/gen_pairs.py
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: $(STAMP)

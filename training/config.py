@@ -138,7 +138,7 @@ def _learner_problems(v: dict) -> list[str]:
     """What is wrong with the data-parallel learners' flags."""
     n = v.get("learner_count") or 1
     errors = []
-    if n > 1 and v["worker_count"] > 0 and v["worker_count"] < n:
+    if n > 1 and v["op_mode"] != "test" and 0 < v["worker_count"] < n:  # test: no learners
         errors.append(f"--learner_count: each of the {n} learners needs actors of its own; "
                       f"raise --worker_count to >= {n} (got {v['worker_count']})")
     devices = v.get("learner_devices")
@@ -269,6 +269,10 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                    "leave it out" for name in ("policy_overrides", "share_experience",
                                                "weight_sync", "with_pbt")
                    if v.get(name) not in (None, False)]
+    elif v.get("backend") == "ray" and v["op_mode"] != "test":
+        errors.append(f"--backend: the --num_policies={v['num_policies']} policies share local "
+                      "actor processes, not Ray actors; leave --backend=ray out (or pass "
+                      "--num_policies=1)")
     if v.get("queued_batches") is not None and v["queued_batches"] <= 0:
         errors.append(f"--queued_batches: must be > 0, got {v['queued_batches']}; leave it "
                       "out for the auto value")

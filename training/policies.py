@@ -151,9 +151,6 @@ def population_problems(configs: list[Config]) -> list[str]:
     if run.learner_count > 1:
         errors.append("--learner_count: several policies train on one learner each; leave "
                       "it out or use --num_policies=1")
-    if run.backend != "local":
-        errors.append("--backend: several policies run on local actors (or --serial); leave "
-                      "--backend out")
     if run.share_experience:
         errors += _sharing_problems(configs)
     if run.weight_sync is not None:

@@ -115,8 +115,12 @@ class GymBatchedEnv:
         return StepResult(obs, reward, terminated, truncated, final_obs, episodes)
 
     def frame(self, obs: np.ndarray, i: int) -> np.ndarray:
-        """What env `i` shows: its rgb_array render, uint8 [H, W, 3] (needs render=True)."""
-        return self.env.render()[i]
+        """What env `i` shows: its rgb_array render, uint8 [H, W, 3] (needs render=True).
+        MinAtar renders float64 colours in [0, 1]: scaled to uint8."""
+        frame = self.env.render()[i]
+        if frame.dtype != np.uint8:
+            frame = np.rint(np.clip(frame, 0.0, 1.0) * 255).astype(np.uint8)
+        return frame
 
     def close(self) -> None:
         self.env.close()
