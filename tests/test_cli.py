@@ -117,14 +117,6 @@ def test_test_mode_plays_a_saved_agent(results, cartpole_run):
     assert summary["mean"] == pytest.approx(sum(float(r["episode_return"]) for r in rows) / 5)
 
 
-def test_test_mode_greedy_with_render_records_a_video_headless(results, cartpole_run):
-    proc, test_run, summary = _test_mode(cartpole_run, results, "--test_episode_count=4",
-                                         "--test_policy=greedy", "--render", "--worker_count=2")
-    assert "recorded the first 2 games" in proc.stdout  # of the first worker's 2
-    assert os.path.getsize(os.path.join(test_run, "test_video.mp4")) > 1000
-    assert summary["episodes"] == 4 and summary["policy"] == "greedy"
-
-
 def test_render_records_a_looping_gif_with_video_format_gif(results, cartpole_run):
     from PIL import Image
 

@@ -3,17 +3,12 @@ the slots keep the sampled one, and the Gaussian model's params and shapes."""
 
 from __future__ import annotations
 
-import glob
-import json
-import os
-
 import numpy as np
 import torch
 
 from agents.distributions import DiagGaussian
 from agents.model_spec import ModelSpec
 from tests.actor_harness import actors
-from tests.conftest import run_main
 from wrappers.envs import EnvOptions, env_info, family_of, make_batched_env
 
 ECHO = "tests.counting_env:EchoBox-v0"
@@ -61,31 +56,6 @@ def test_a_gaussian_model_emits_means_and_a_shared_log_std():
     params, value, _ = model(torch.randn(5, 4, 3), (), torch.zeros(5, 4, dtype=torch.bool))
     assert params.shape == (5, 4, 4) and value.shape == (5, 4)
     torch.testing.assert_close(params[..., 2:], torch.tensor([0.1, -0.3]).expand(5, 4, 2))
-
-
-def test_a_box_run_trains_resumes_and_plays_through_main(tmp_path):
-    """Pendulum through main.py: a run, a resume that crosses its checkpoint, and test
-    mode with the greedy (mean) action."""
-    results = str(tmp_path / "results")
-    common = ("--env=Pendulum-v1", "--serial", "--worker_count=1", "--learner_threads=1",
-              "--r_f_steps=32", "--batch_size=8", "--ppo_minibatches=4", "--ppo_epochs=2",
-              "--eval_interval=0", f"--results_dir={results}")
-    first = run_main(*common, "--environment_max_steps=2048", timeout=300)
-    assert first.returncode == 0, first.stderr
-    (run,) = glob.glob(os.path.join(results, "*"))
-    assert json.load(open(os.path.join(run, "summary.json")))["env_steps"] == 2048
-    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={run}",
-                       "--environment_max_steps=4096", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    summary = json.load(open(os.path.join(run, "summary.json")))
-    assert summary["env_steps"] == 4096
-    played = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=2",
-                      "--test_policy=greedy", "--worker_count=1",
-                      f"--results_dir={tmp_path / 'test'}", timeout=300)
-    assert played.returncode == 0, played.stderr
-    (test_run,) = glob.glob(str(tmp_path / "test" / "*"))
-    test_summary = json.load(open(os.path.join(test_run, "test_summary.json")))
-    assert test_summary["episodes"] == 2 and test_summary["mean"] < 0  # Pendulum's costs
 
 
 def test_mlp_activation_and_log_std_init_reach_the_learners_model():

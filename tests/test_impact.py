@@ -5,10 +5,6 @@ refresh schedule; its checkpoint; a run through main.py with a replay."""
 
 from __future__ import annotations
 
-import glob
-import json
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -16,7 +12,6 @@ import torch
 from agents.agent import OptimConfig
 from agents.impact import ImpactAgent
 from agents.ppo import PPOConfig
-from tests.conftest import run_main
 from tests.test_ppo import TableModel, log_softmax
 
 
@@ -134,20 +129,3 @@ def test_impact_needs_vtrace_advantages():
     with pytest.raises(ValueError, match="vtrace"):
         ImpactAgent(TableModel(np.zeros((2, 2)), np.zeros(2)), PPOConfig(advantage="gae"),
                     OptimConfig(), torch.device("cpu"))
-
-
-def test_impact_with_a_replay_trains_and_resumes_through_main(tmp_path):
-    results = str(tmp_path / "results")
-    common = ("--env=CartPole-v1", "--agent=impact", "--replays=standard", "--serial",
-              "--worker_count=1", "--learner_threads=1", "--impact_target_update=2",
-              "--eval_interval=0", f"--results_dir={results}")
-    first = run_main(*common, "--environment_max_steps=3000", timeout=300)
-    assert first.returncode == 0, first.stderr
-    (run,) = glob.glob(os.path.join(results, "*"))
-    flags = json.load(open(os.path.join(run, "flags.json")))
-    assert (flags["agent"], flags["ppo_advantage"]) == ("impact", "vtrace")
-    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={run}",
-                       "--environment_max_steps=6000", timeout=300)
-    assert resumed.returncode == 0, resumed.stderr
-    summary = json.load(open(os.path.join(run, "summary.json")))
-    assert summary["env_steps"] >= 6000 and summary["updates"] > 0
