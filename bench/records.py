@@ -123,10 +123,11 @@ def measure(run_dir: str, thresholds, window: int) -> dict:
     }
 
 
-def make_record(row, seed: int, run_dir: str, command: str) -> dict:
+def make_record(row, seed: int, run_dir: str, command: str, tree: tuple[str, bool]) -> dict:
     """The record of `row`'s (a `bench.suite.Row`) run of `seed` in `run_dir`; of a run
-    of several policies, policy 0's figures, and every policy's under "policies"."""
-    commit, dirty = git_state()
+    of several policies, policy 0's figures, and every policy's under "policies".
+    `tree`: `git_state()` when the run started."""
+    commit, dirty = tree
     with open(os.path.join(run_dir, "flags.json")) as f:
         flags = json.load(f)
     folders = sorted((d for d in os.listdir(run_dir) if d.startswith("policy_")),

@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 from bench.learning import frames_per_step, run_seed
-from bench.records import load_records, make_record, save_record
+from bench.records import git_state, load_records, make_record, save_record
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,13 +146,14 @@ def run(row: Row, seeds: list[int], results_dir: str, log) -> int:
     """Each seed's run of `row`, in turn, and its record; 1 at the first failed run."""
     os.makedirs(results_dir, exist_ok=True)
     for seed in seeds:
+        tree = git_state()
         status, run_dir = run_seed(row.env, seed, row.env_steps(), results_dir,
                                    list(row.flags), log)
         if status != 0 or run_dir is None:
             print(json.dumps({"row": row.name, "seed": seed, "run_dir": run_dir,
                               "error": f"main.py exited {status}"}))
             return 1
-        record = make_record(row, seed, run_dir, row.command(seed))
+        record = make_record(row, seed, run_dir, row.command(seed), tree)
         path = save_record(record)
         print(json.dumps({"row": row.name, "seed": seed, "record": path,
                           "final_mean": record["final_mean"],
