@@ -4,7 +4,9 @@ record of the suite (`bench/results/pong_vs_sample_factory/`).
     python -m bench.vs_sample_factory --sf_python=/path/to/sf-venv/bin/python [--repeats=3]
 
 Sample Factory 2.1.1 runs in a venv of its own (`pip install torch==2.13.0
-sample-factory==2.1.1 'gymnasium[atari]' ale-py opencv-python-headless`), its Atari
+sample-factory==2.1.1 'gymnasium[atari]' ale-py opencv-python-headless`; the ale-py
+0.8.1 its gymnasium takes ships no ROMs: copy `ale_py/roms/pong.bin` from this
+project's .venv, whose ale-py ships them, into that venv's `ale_py/roms/`), its Atari
 example on Pong with as many envs as ours (`python -m sf_examples.atari.train_atari
 --env=atari_pong --num_workers=W --num_envs_per_worker=E --device=cpu`) for
 `--seconds`, then SIGINT; its rate is the last "60 sec" figure of its "Fps is" lines
@@ -43,7 +45,8 @@ def sample_factory_fps(sf_python: str, seconds: float, workers: int, envs: int,
                f"--train_dir={train_dir}", "--experiment=vs_sample_factory"]
         print("running:", " ".join(cmd), file=log, flush=True)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, cwd=train_dir, start_new_session=True)
+                                text=True, cwd=train_dir, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})  # lines now
         rates: list[float] = []
         deadline = time.monotonic() + seconds
         os.set_blocking(proc.stdout.fileno(), False)
