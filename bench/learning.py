@@ -99,14 +99,19 @@ def first_reached(cols: dict[str, np.ndarray], threshold: float) -> dict | None:
             "wall_s": round(float(cols["wall_time"][i]), 1)}
 
 
+def eval_rows(run_dir: str) -> list[dict]:
+    """eval.csv's rows (none without the file)."""
+    path = os.path.join(run_dir, "eval.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
 def eval_result(run_dir: str, thresholds) -> dict | None:
     """From eval.csv: per threshold, the first evaluation whose mean reached it (frames,
     env steps, wall seconds) or None; the last and best means. None without rows."""
-    path = os.path.join(run_dir, "eval.csv")
-    if not os.path.exists(path):
-        return None
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = eval_rows(run_dir)
     if not rows:
         return None
     means = [float(r["mean"]) for r in rows]

@@ -16,7 +16,6 @@ and the run's frames/s. Counting: frames = env steps x frameskip (4 on Atari).
 
 from __future__ import annotations
 
-import csv
 import datetime
 import json
 import os
@@ -25,7 +24,7 @@ import subprocess
 
 import numpy as np
 
-from bench.learning import curve, first_reached
+from bench.learning import curve, eval_rows, first_reached
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "bench", "results")
@@ -92,11 +91,7 @@ def training_curve(run_dir: str, window: int) -> dict:
 
 def eval_curve(run_dir: str) -> dict | None:
     """eval.csv's means: frames, env_steps, mean; None without evaluations."""
-    path = os.path.join(run_dir, "eval.csv")
-    if not os.path.exists(path):
-        return None
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
+    rows = eval_rows(run_dir)
     if not rows:
         return None
     return {"frames": [int(r["frames"]) for r in rows],
