@@ -78,10 +78,9 @@ def _rounded(values: np.ndarray, digits: int) -> list:
     return [None if np.isnan(v) else round(float(v), digits) for v in values]
 
 
-def training_curve(run_dir: str, window: int) -> dict:
-    """episodes.csv's running mean, downsampled: frames, env_steps, wall_s, mean (null
-    until `window` episodes are in)."""
-    cols = curve(os.path.join(run_dir, "episodes.csv"), window)
+def training_curve(cols: dict[str, np.ndarray]) -> dict:
+    """A run's curve (`bench.learning.curve`'s columns) downsampled: frames, env_steps,
+    wall_s, mean (null until the window's episodes are in)."""
     keep = downsample(len(cols["mean"]))
     return {"frames": [int(x) for x in cols["frames"][keep]],
             "env_steps": [int(x) for x in cols["env_steps"][keep]],
@@ -113,7 +112,7 @@ def measure(run_dir: str, thresholds, window: int) -> dict:
         "final_mean": round(float(means[-1]), 3) if len(means) else None,
         "best_mean": round(float(means.max()), 3) if len(means) else None,
         "reached": {str(t): first_reached(cols, t) for t in thresholds},
-        "curve": training_curve(run_dir, window),
+        "curve": training_curve(cols),
         "eval": eval_curve(run_dir),
     }
 
