@@ -252,7 +252,7 @@ def run_seed(env: str, seed: int, env_steps: int, results_dir: str, extra: list[
 def frames_per_step(env: str, extra: list[str]) -> int:
     from wrappers.envs import family_of
 
-    if not family_of(env).emulator_frames:
+    if not family_of(env).skips_frames:
         return 1
     given = [a.split("=", 1)[1] for a in extra if a.startswith("--skipped_frames=")]
     return int(given[-1]) if given else 4

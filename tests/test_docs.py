@@ -97,7 +97,7 @@ def test_quick_start_covers_every_kind_of_env():
 
     commands = quick_start_commands()
     families = {family_of(_env(args)).name for args in commands}
-    assert {"atari", "minatar", "vector"} <= families, families
+    assert {"atari", "minatar", "vizdoom", "vector"} <= families, families
     assert families & {"mujoco", "half_cheetah"}, families
     assert any("--use_lstm" in args and _env(args).startswith("popgym:") for args in commands)
 

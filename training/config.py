@@ -205,14 +205,14 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v["agent"] not in AGENTS:
         return None, [f"--agent: unknown agent {v['agent']!r}; one of {', '.join(AGENTS)}"]
     agent = AGENTS[v["agent"]]
-    errors: list[str] = _ignored_flags(v, set(given))
-    if env_problem:
-        errors.append(f"--env: {env_problem}")
     ppo = agent.family_defaults == "ppo"
     family_values = {**family.auto_values(agent.family_defaults), **agent.defaults}
     auto = {name for name in family_values if v.get(name) is None}
     for name in auto:
         v[name] = family_values[name]
+    errors: list[str] = _ignored_flags(v, set(given))  # after the auto --use_lstm
+    if env_problem:
+        errors.append(f"--env: {env_problem}")
     if "ppo_shuffle" in auto and v.get("use_lstm"):  # an LSTM unrolls over whole rollouts
         v["ppo_shuffle"] = "rollouts"
     if "ppo_minibatches" in auto and (v["batch_size"] or 0) > 0:  # a smaller batch given

@@ -92,8 +92,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
     *_section(
         "general",
         _enum("agent", None, tuple(AGENTS),  # agents/registry.py
-              f"The learner's algorithm: {agents_help()}; auto: ppo on Atari, Box2D and continuous "
-              "actions, impala else. Cannot change on resume."),
+              f"The learner's algorithm: {agents_help()}; auto: ppo on Atari, ViZDoom, Box2D and "
+              "continuous actions, impala else. Cannot change on resume."),
         _enum("op_mode", "train", ("train", "train_w_load", "test"),
               "train: a new run; train_w_load: resume from --load_model_url; test: play "
               "--test_episode_count games with a saved agent."),
@@ -183,11 +183,12 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
                "Box actions: the Gaussian's first log-std (a learned parameter, one per "
                "dimension); auto: 0 (std 1), -2 for ppo on HalfCheetah (std 0.14, "
                "rl-baselines3-zoo's)."),
-        _bool("use_lstm", False,
+        _bool("use_lstm", None,
               "An LSTM core after the torso (TorchBeast's flag): the actors carry its state per "
               "env and store it with each rollout; the learner unrolls it over T from the stored "
-              "state. Fixed for a run."),
-        _int("lstm_size", 128, "Width of the LSTM core (--use_lstm). Fixed for a run.",
+              "state; auto: on for ViZDoom (Sample Factory's), else off. Fixed for a run."),
+        _int("lstm_size", None, "Width of the LSTM core (--use_lstm); auto: 512 ViZDoom, else "
+             "128. Fixed for a run.",
              read_when=("use_lstm", ("true",))),
     ),
     *_section(

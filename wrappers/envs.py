@@ -9,6 +9,8 @@ The families, in the order they are tried:
   * atari: `PongNoFrameskip-v4`, `ALE/Pong-v5` (wrappers/atari.py);
   * minatar: `MinAtar/Breakout-v1` and the rest of the `minatar` package
     (wrappers/gym_env.py, as pixels);
+  * vizdoom: `VizdoomBasic-v1`, `VizdoomDefendCenter-v1` and ViZDoom's other
+    Discrete ids (wrappers/vizdoom.py): 3D first-person pixels, an LSTM core;
   * half_cheetah: gymnasium's MuJoCo HalfCheetah (a Gaussian policy with
     rl-baselines3-zoo's tuned PPO values);
   * mujoco: gymnasium's other MuJoCo tasks (Hopper-v5, Walker2d-v5, Ant-v5...): a
@@ -47,6 +49,8 @@ from wrappers.gym_env import (
     register_minatar,
     vector_encoder,
 )
+from wrappers.vizdoom import VizdoomBatchedEnv, is_vizdoom
+from wrappers.vizdoom import check as _check_vizdoom
 
 short_corridor.register()
 
@@ -77,9 +81,10 @@ class EnvFamily:
     agent: str  # --agent's auto value
     defaults: Mapping[str, object]  # auto flag values, for every agent
     ppo_defaults: Mapping[str, object] = dataclasses.field(default_factory=dict)  # ppo agents'
-    # Atari's preprocessing: frames_per_step = --skipped_frames, stacks of
-    # --frames_stacked frames that the replays store once
+    # Atari's preprocessing: stacks of --frames_stacked frames that the replays store once
     emulator_frames: bool = False
+    # an action is repeated for --skipped_frames frames (Atari, ViZDoom): frames_per_step
+    skips_frames: bool = False
     ppo_constant_lr: bool = False  # ppo agents keep --lr (auto --lr_end_value = --lr)
     # modules its envs import when made, besides this file's (`env_modules`)
     imports: tuple[str, ...] = ()
@@ -97,7 +102,7 @@ COMMON = dict(gamma=0.99, gae_lambda=0.95, ppo_shuffle="rollouts", gae_values="l
               gradient_clip_by_norm_threshold=0.5, value_loss_weight=0.5,
               mlp_activation="tanh", log_std_init=0.0, training_fill_in_factor=0.05,
               environment_max_steps=10_000_000, save_model_period=1000,
-              learner_csv_interval=1)
+              learner_csv_interval=1, use_lstm=False, lstm_size=128)
 
 
 _SPACES: dict[str, tuple[gym.spaces.Space, gym.spaces.Space]] = {}  # made once per process
@@ -188,6 +193,10 @@ def _make_minatar(env_id, num_envs, options, seed, render):
     return GymBatchedEnv(env_id, num_envs, seed, render, pixels=True)
 
 
+def _make_vizdoom(env_id, num_envs, options, seed, render):
+    return VizdoomBatchedEnv(env_id, num_envs, options, seed, render)
+
+
 def _make_gym(env_id, num_envs, options, seed, render):
     return GymBatchedEnv(env_id, num_envs, seed, render)
 
@@ -207,7 +216,7 @@ VECTOR = dict(batch_size=16, r_f_steps=20, optimizer="adam", lr=2e-3, hidden_siz
 
 FAMILIES = (
     EnvFamily(
-        "atari", looks_atari, _check_atari, _make_atari, emulator_frames=True,
+        "atari", looks_atari, _check_atari, _make_atari, emulator_frames=True, skips_frames=True,
         # ppo learns Pong several times faster per frame than impala did (README:
         # Learning); Sample Factory's Atari defaults for it: rollouts of 128 steps, 8
         # per batch (4 minibatches of 256), a constant learning rate; 3 epochs, not 4:
@@ -233,6 +242,18 @@ FAMILIES = (
                       normalize_input=False, normalize_returns=False,
                       entropy_loss_weight=0.01, ppo_epochs=4, ppo_minibatches=4),
         ppo_defaults=dict(optimizer="adam", lr=2.5e-4, batch_size=32)),
+    EnvFamily(
+        # Sample Factory's VizDoom settings (sf_examples/vizdoom/doom/doom_params.py and
+        # its defaults): an LSTM core, rollouts of 32, 1,024 steps a batch in one
+        # epoch of one minibatch, adam at a constant 1e-4, clip 0.1, an entropy bonus
+        # of 0.001, observations and returns normalised, gradients clipped at 4
+        "vizdoom", is_vizdoom, _check_vizdoom, _make_vizdoom, agent="ppo",
+        skips_frames=True, ppo_constant_lr=True, imports=("vizdoom",),
+        defaults=dict(use_lstm=True, lstm_size=512, batch_size=32, r_f_steps=32,
+                      optimizer="adam", lr=1e-4, hidden_size=512, envs_per_worker=8,
+                      clip_rewards=False, ppo_clip=0.1, normalize_input=True,
+                      normalize_returns=True, entropy_loss_weight=0.001, ppo_epochs=1,
+                      ppo_minibatches=1, gradient_clip_by_norm_threshold=4.0)),
     EnvFamily(
         # rl-baselines3-zoo tunes PPO per MuJoCo task (hyperparams/ppo.yml); its
         # HalfCheetah-v3 values: two 256-wide ReLU torsos, a first log-std of -2, 512
@@ -339,7 +360,7 @@ def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
         obs_dtype=str(obs.dtype),
         num_actions=env.num_actions,
         kind=family.name,
-        frames_per_step=options.skipped_frames if family.emulator_frames else 1,
+        frames_per_step=options.skipped_frames if family.skips_frames else 1,
         frame_stack=options.frames_stacked if family.emulator_frames else 0,
         action_kind=env.action_kind,
         action_low=tuple(float(x) for x in getattr(env, "low", ())),

@@ -1,0 +1,98 @@
+"""ViZDoom (wrappers/vizdoom.py): the episode ends the learner sees, and a short run
+of each suite scenario through the real entry point (actors, --serial, the
+evaluator, --backend=ray, test mode with --render)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import numpy as np
+import pytest
+
+from option_flags import default_values
+from tests.conftest import run_main
+from training.config import make_config
+from wrappers.batched import EnvOptions
+from wrappers.envs import env_info, make_batched_env
+
+NOTHING = np.zeros(1, dtype=np.int64)  # action 0: no button pressed
+
+
+def _first_end(env_id: str):
+    """(env steps, the step that ended the first episode, the observation before it)."""
+    env = make_batched_env(env_id, 1, EnvOptions(), seed=0)
+    before = env.reset()
+    for t in range(1, 1000):
+        step = env.step(NOTHING)
+        if step.episodes:
+            env.close()
+            return t, step, before
+        before = step.obs
+    raise AssertionError("no episode ended in 1,000 steps")
+
+
+def test_a_timeout_truncates_and_bootstraps_from_the_last_screen(tmp_path, monkeypatch):
+    # Basic: 300 tics, 75 env steps of 4 tics, at -1 a tic; doing nothing outlives it
+    monkeypatch.chdir(tmp_path)
+    t, step, before = _first_end("VizdoomBasic-v1")
+    assert os.listdir(tmp_path) == []  # no _vizdoom.ini nor _vizdoom/ where it ran
+    assert t == 75 and step.episodes == [(0, -300.0, 75)]
+    assert step.truncated[0] and not step.terminated[0]
+    np.testing.assert_array_equal(step.final_obs[0], before[0])
+    assert not np.array_equal(step.obs[0], before[0])  # the next episode's first screen
+
+
+def test_a_death_terminates():
+    # DefendCenter: doing nothing, the player is killed well before 2,100 tics, -1 for it
+    t, step, _ = _first_end("VizdoomDefendCenter-v1")
+    assert t < 2100 // 4 and step.episodes[0][1] == -1.0
+    assert step.terminated[0] and not step.truncated[0] and step.final_obs is None
+
+
+def test_observations_frames_and_defaults():
+    info = env_info("VizdoomHealthGatheringSupreme-v1", EnvOptions())
+    assert (info.obs_shape, info.obs_dtype, info.num_actions) == ((3, 72, 128), "uint8", 4)
+    assert (info.frames_per_step, info.frame_stack, info.kind) == (4, 0, "vizdoom")
+    cfg, errors = make_config(default_values(env="VizdoomBasic-v1"))
+    assert not errors, errors
+    assert (cfg.agent, cfg.use_lstm, cfg.lstm_size, cfg.r_f_steps) == ("ppo", True, 512, 32)
+    cfg, errors = make_config(default_values(env="CartPole-v1"))
+    assert not cfg.use_lstm and cfg.lstm_size == 128
+
+
+SMALL = ("--environment_max_steps=1024", "--batch_size=4", "--envs_per_worker=4",
+         "--worker_count=1", "--hidden_size=64", "--lstm_size=64")
+
+
+def _run(results: str, *flags: str) -> dict:
+    proc = run_main(*SMALL, *flags, f"--results_dir={results}", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run,) = glob.glob(os.path.join(results, "*"))
+    return run
+
+
+@pytest.mark.parametrize("env_id, flags", [
+    ("VizdoomBasic-v1", ("--serial", "--eval_interval=512", "--eval_episodes=2")),
+    ("VizdoomHealthGatheringSupreme-v1", ("--backend=ray", "--eval_interval=0")),
+])
+def test_a_short_run(results, env_id, flags):
+    run = _run(results, f"--env={env_id}", *flags)
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["env_steps"] >= 1024 and summary["frames"] == 4 * summary["env_steps"]
+    if "--eval_interval=512" in flags:
+        assert len(open(os.path.join(run, "eval.csv")).readlines()) >= 3  # a header, 2 rows
+
+
+def test_actors_train_defend_center_and_test_mode_records_a_gif(results):
+    run = _run(results, "--env=VizdoomDefendCenter-v1", "--eval_interval=0")
+    proc = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=1",
+                    "--render", "--video_format=gif", "--worker_count=1",
+                    f"--results_dir={results}_test", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (test_run,) = glob.glob(os.path.join(results + "_test", "*"))
+    from PIL import Image
+
+    with Image.open(os.path.join(test_run, "test_video.gif")) as gif:
+        assert gif.size[0] * 3 == gif.size[1] * 4 and gif.n_frames > 1  # 160x120, scaled
