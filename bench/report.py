@@ -18,7 +18,7 @@ import numpy as np
 
 from bench.records import ROOT, load_records
 from bench.suite import ROWS, Row
-from bench.vs_sample_factory import ROW as THROUGHPUT
+from bench.vs_sample_factory import TASKS, row_name
 
 RESULTS_MD = os.path.join(ROOT, "docs", "results.md")
 README = os.path.join(ROOT, "README.md")
@@ -172,24 +172,29 @@ def _section_table(rows: list[Row], records: dict[str, list[dict]]) -> list[str]
     return lines
 
 
-def throughput_section(records: list[dict]) -> list[str]:
-    """Training frames/s against Sample Factory's, each record a back-to-back run."""
+def throughput_section(records: dict[str, list[dict]]) -> list[str]:
+    """Training frames/s against Sample Factory's, per task; each record a back-to-back
+    run."""
     out = ["## Throughput against Sample Factory", "",
-           "Training frames/s on Pong with the defaults, against Sample Factory 2.1.1's "
-           "APPO example with as many envs, on the same machine, alternated: `python -m "
-           "bench.vs_sample_factory --sf_python=SF` (its docstring says how to install "
-           "Sample Factory). Each figure is the median of the runs, with [min-max].", "",
-           "| machine | ours, frames/s | Sample Factory, frames/s | ratio | runs | commit |",
-           "|---|---|---|---|---|---|"]
-    for r in records:
-        pairs = r["pairs"]
-        out.append(f"| {r['cpu']}, {r['cores']} cores | "
-                   f"{_spread([x['ours_fps'] for x in pairs])} | "
-                   f"{_spread([x['sample_factory_fps'] for x in pairs])} | "
-                   f"{_spread([x['ratio'] for x in pairs])}x | {len(pairs)} | "
-                   f"{_commits([r])} |")
-    if not records:
-        out.append("| none yet | | | | | |")
+           "Training frames/s with the defaults, against Sample Factory 2.1.1's APPO "
+           "example for the same env with as many envs, on the same machine, alternated: "
+           "`python -m bench.vs_sample_factory --sf_python=SF --task=TASK` (its docstring "
+           "says how to install Sample Factory). Each figure is the median of the runs, "
+           "with [min-max].", "",
+           "| env | machine | ours, frames/s | Sample Factory, frames/s | ratio | runs | "
+           "commit |", "|---|---|---|---|---|---|---|"]
+    rows = 0
+    for task, (env, _, _) in TASKS.items():
+        for r in records.get(row_name(task), []):
+            pairs = r["pairs"]
+            rows += 1
+            out.append(f"| {env} | {r['cpu']}, {r['cores']} cores | "
+                       f"{_spread([x['ours_fps'] for x in pairs])} | "
+                       f"{_spread([x['sample_factory_fps'] for x in pairs])} | "
+                       f"{_spread([x['ratio'] for x in pairs])}x | {len(pairs)} | "
+                       f"{_commits([r])} |")
+    if not rows:
+        out.append("| none yet | | | | | | |")
     return out + [""]
 
 
@@ -213,7 +218,7 @@ def render_results(records: dict[str, list[dict]]) -> str:
                 out.append(f"Records: `bench/results/{row.name}/` (seeds {seeds}; commit "
                            f"{_commits(recs)}; torch {recs[0]['torch']}).")
                 out += ["", f"![{row.name}](curves/{row.name}.png)", ""]
-    out += throughput_section(records.get(THROUGHPUT, []))
+    out += throughput_section(records)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -231,10 +236,10 @@ def render_headline(records: dict[str, list[dict]]) -> str:
         lines.append(f"| {row.env} | {row.label} | {_num(row.budget_frames)} {unit} | "
                      f"{len(recs)} | {_num(row.main)} in {k}/{len(recs)} | "
                      f"{to.rsplit(' (', 1)[0]} {unit} | {_spread(finals(recs))} | {peer} |")
-    speed = [f"\nTraining on Pong with the defaults: **{r['ratio']:.2f}x Sample Factory "
+    speed = [f"\nTraining on {r['env']} with the defaults: **{r['ratio']:.2f}x Sample Factory "
              f"2.1.1's frames/s** on the same machine ({r['cpu']}, {r['cores']} cores; median "
              f"of {len(r['pairs'])} back-to-back runs).\n"
-             for r in records.get(THROUGHPUT, [])[-1:]]
+             for task in TASKS for r in records.get(row_name(task), [])[-1:]]
     if len(lines) == 2 and not speed:
         return "No run is recorded yet: see [Results](docs/results.md).\n"
     table = "\n".join(lines) + "\n" if len(lines) > 2 else ""

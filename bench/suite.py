@@ -127,6 +127,17 @@ ROWS: dict[str, Row] = {r.name: r for r in (
         "sac target + ppo explorer (weight sync, shared experience)",
         "LunarLanderContinuous-v3", WHEELER, 100_000, _seeds(100, 3), (-100.0, 0.0, 100.0),
         0.0),
+    # ViZDoom: Sample Factory's settings (the vizdoom family's auto values)
+    Row("vizdoom_basic", "ViZDoom", "Basic, ppo + LSTM (the ViZDoom defaults)",
+        "VizdoomBasic-v1", (), 2_000_000, _seeds(100, 3), (0.0, 50.0, 80.0), 50.0),
+    Row("vizdoom_defend_center", "ViZDoom", "DefendCenter, ppo + LSTM (the ViZDoom defaults)",
+        "VizdoomDefendCenter-v1", (), 5_000_000, _seeds(100, 3), (5.0, 10.0, 20.0), 10.0,
+        Peer("Sample Factory 2.0 APPO (a model card)", "25.00 ± 0.00, budget not stated",
+             "https://huggingface.co/edbeeching/doom_defend_the_center_2222")),
+    Row("vizdoom_health_gathering_supreme", "ViZDoom",
+        "HealthGatheringSupreme, ppo + LSTM (the ViZDoom defaults)",
+        "VizdoomHealthGatheringSupreme-v1", (), 5_000_000, _seeds(100, 3),
+        (500.0, 1000.0, 1500.0), 1000.0, headline=False),
     # the off-policy agents where a run fits 2 cores: 300k env steps, an evaluation
     # every 25k; the last threshold is the better published SAC figure at 300k (the
     # TD3 paper's for td3)

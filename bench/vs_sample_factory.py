@@ -1,17 +1,19 @@
 """Training frames/s against Sample Factory's on the same machine, back to back, as one
-record of the suite (`bench/results/pong_vs_sample_factory/`).
+record of the suite (`bench/results/<task>_vs_sample_factory/`).
 
-    python -m bench.vs_sample_factory --sf_python=/path/to/sf-venv/bin/python [--repeats=3]
+    python -m bench.vs_sample_factory --sf_python=/path/to/sf-venv/bin/python \
+        [--task=pong|defend_center] [--repeats=3]
 
 Sample Factory 2.1.1 runs in a venv of its own (`pip install torch==2.13.0
-sample-factory==2.1.1 'gymnasium[atari]' ale-py opencv-python-headless`; the ale-py
-0.8.1 its gymnasium takes ships no ROMs: copy `ale_py/roms/pong.bin` from this
-project's .venv, whose ale-py ships them, into that venv's `ale_py/roms/`), its Atari
-example on Pong with as many envs as ours (`python -m sf_examples.atari.train_atari
---env=atari_pong --num_workers=W --num_envs_per_worker=E --device=cpu`) for
-`--seconds`, then SIGINT; its rate is the last "60 sec" figure of its "Fps is" lines
-(frames: env steps x its frameskip of 4, as ours). Then ours: `python -m
-bench.throughput --only_train` (training with the defaults, no evaluator). The two
+sample-factory==2.1.1 'gymnasium[atari]' ale-py opencv-python-headless vizdoom==1.3.2`;
+the ale-py 0.8.1 its gymnasium takes ships no ROMs: copy `ale_py/roms/pong.bin` from
+this project's .venv, whose ale-py ships them, into that venv's `ale_py/roms/`). Its
+example for the task (`TASKS`: its Atari example on Pong, its VizDoom example on
+DefendCenter with the same Discrete(1 + 3) actions as ours) runs with as many envs
+as ours (`--num_workers=W --num_envs_per_worker=E --device=cpu`) for `--seconds`,
+then SIGINT; its rate is the last "60 sec" figure of its "Fps is" lines (frames: env
+steps x its frameskip of 4, as ours). Then ours: `python -m bench.throughput
+--only_train --env=...` (training with the defaults, no evaluator). The two
 alternate `--repeats` times; the record holds every pair, the medians and the median
 of the pairs' ratios, with the machine (`bench.records.machine`).
 """
@@ -33,14 +35,25 @@ import time
 from bench.records import RESULTS, ROOT, git_state, machine
 
 FPS = re.compile(r"Fps is \(10 sec: [\d.na]+, 60 sec: ([\d.]+|nan)")
-ROW = "pong_vs_sample_factory"
+# task -> (our env id, Sample Factory's module and env name)
+TASKS = {
+    "pong": ("PongNoFrameskip-v4", "sf_examples.atari.train_atari", "atari_pong"),
+    "defend_center": ("VizdoomDefendCenter-v1", "sf_examples.vizdoom.train_vizdoom",
+                      "doom_defend_the_center_flat_actions"),
+}
 
 
-def sample_factory_fps(sf_python: str, seconds: float, workers: int, envs: int,
+def row_name(task: str) -> str:
+    """The task's folder under bench/results/."""
+    return f"{task}_vs_sample_factory"
+
+
+def sample_factory_fps(sf_python: str, task: str, seconds: float, workers: int, envs: int,
                        log) -> float | None:
     """Sample Factory's last 60-second training rate over a run of `seconds`."""
+    _, module, env = TASKS[task]
     with tempfile.TemporaryDirectory() as train_dir:
-        cmd = [sf_python, "-m", "sf_examples.atari.train_atari", "--env=atari_pong",
+        cmd = [sf_python, "-m", module, f"--env={env}",
                f"--num_workers={workers}", f"--num_envs_per_worker={envs}", "--device=cpu",
                f"--train_dir={train_dir}", "--experiment=vs_sample_factory"]
         print("running:", " ".join(cmd), file=log, flush=True)
@@ -67,9 +80,10 @@ def sample_factory_fps(sf_python: str, seconds: float, workers: int, envs: int,
     return rates[-1] if rates else None
 
 
-def our_fps(steps: int, log) -> tuple[float, dict]:
+def our_fps(task: str, steps: int, log) -> tuple[float, dict]:
     """bench.throughput --only_train's train_fps, and its JSON."""
-    cmd = [sys.executable, "-m", "bench.throughput", "--only_train", f"--steps={steps}"]
+    cmd = [sys.executable, "-m", "bench.throughput", "--only_train", f"--env={TASKS[task][0]}",
+           f"--steps={steps}"]
     print("running:", " ".join(cmd), file=log, flush=True)
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
     result = json.loads(out.stdout)
@@ -79,6 +93,7 @@ def our_fps(steps: int, log) -> tuple[float, dict]:
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sf_python", required=True, help="the python of Sample Factory's venv")
+    p.add_argument("--task", choices=sorted(TASKS), default="pong")
     p.add_argument("--seconds", type=float, default=190.0, help="each Sample Factory run")
     p.add_argument("--steps", type=int, default=40_000, help="env steps of each of ours")
     p.add_argument("--repeats", type=int, default=3)
@@ -90,8 +105,9 @@ def main(argv: list[str]) -> int:
     log = open(args.log, "a") if args.log else sys.stderr
     pairs = []
     for _ in range(args.repeats):
-        ours, detail = our_fps(args.steps, log)
-        theirs = sample_factory_fps(args.sf_python, args.seconds, detail["worker_count"],
+        ours, detail = our_fps(args.task, args.steps, log)
+        theirs = sample_factory_fps(args.sf_python, args.task, args.seconds,
+                                    detail["worker_count"],
                                     detail["envs_per_worker"], log)
         if theirs is None:
             print(json.dumps({"error": "Sample Factory printed no 60-second rate"}))
@@ -99,19 +115,21 @@ def main(argv: list[str]) -> int:
         pairs.append({"ours_fps": ours, "sample_factory_fps": theirs,
                       "ratio": round(ours / theirs, 3)})
     commit, dirty = git_state()
-    record = {"format": 1, "row": ROW, "commit": commit, "dirty": dirty, **machine(),
-              "date": datetime.date.today().isoformat(), "env": "PongNoFrameskip-v4",
+    env, module, sf_env = TASKS[args.task]
+    row = row_name(args.task)
+    record = {"format": 1, "row": row, "commit": commit, "dirty": dirty, **machine(),
+              "date": datetime.date.today().isoformat(), "env": env,
               "worker_count": detail["worker_count"],
               "envs_per_worker": detail["envs_per_worker"],
               "command": f"python -m bench.vs_sample_factory --sf_python=SF "
-                         f"--seconds={args.seconds:g} --steps={args.steps} "
-                         f"--repeats={args.repeats}",
-              "sample_factory": "2.1.1, sf_examples.atari.train_atari --env=atari_pong",
+                         f"--task={args.task} --seconds={args.seconds:g} "
+                         f"--steps={args.steps} --repeats={args.repeats}",
+              "sample_factory": f"2.1.1, {module} --env={sf_env}",
               "pairs": pairs,
               "ours_fps": statistics.median(x["ours_fps"] for x in pairs),
               "sample_factory_fps": statistics.median(x["sample_factory_fps"] for x in pairs),
               "ratio": statistics.median(x["ratio"] for x in pairs)}
-    folder = os.path.join(RESULTS, ROW)
+    folder = os.path.join(RESULTS, row)
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"{record['date']}_{commit[:10]}.json")
     with open(path, "w") as f:
