@@ -21,13 +21,14 @@ from training.checkpoint import load_checkpoint
 
 
 def shm_entries() -> set[str]:
-    """/dev/shm's entries, less multiprocessing's named semaphores (`sem.mp-*`): a run
-    of the platform makes none (its processes talk through pipes and shared tensors),
-    but a test running beside it on the other pytest worker does (bench.throughput's
-    result queues), and they would be counted as this run's leak."""
+    """/dev/shm's entries, less multiprocessing's named semaphores (`sem.mp-*`) and
+    ViZDoom's games' (`ViZDoom*`): a run of the platform on another env makes none (its
+    processes talk through pipes and shared tensors), but a test running beside it on
+    the other pytest worker does (bench.throughput's result queues, a ViZDoom run's
+    games while they play), and they would be counted as this run's leak."""
     if not os.path.isdir("/dev/shm"):
         return set()
-    return {e for e in os.listdir("/dev/shm") if not e.startswith("sem.mp-")}
+    return {e for e in os.listdir("/dev/shm") if not e.startswith(("sem.mp-", "ViZDoom"))}
 
 
 def wait_for(predicate, timeout: float, what: str, proc: subprocess.Popen) -> None:
