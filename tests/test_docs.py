@@ -20,6 +20,9 @@ README = os.path.join(ROOT, "README.md")
 # evaluation worker, one learner thread, a budget of a few updates
 SMOKE = {"--environment_max_steps": "2000", "--worker_count": "1", "--eval_interval": "0",
          "--learner_threads": "1"}
+# ViZDoom's defaults take 1024 env steps an update through an LSTM of 512
+VIZDOOM_SMOKE = {"--environment_max_steps": "256", "--r_f_steps": "16", "--batch_size": "4",
+                 "--envs_per_worker": "4", "--lstm_size": "64"}
 # Atari's ppo defaults take 1024 env steps an update of 16 Nature-CNN minibatches
 ATARI_SMOKE = {"--environment_max_steps": "400", "--r_f_steps": "10", "--batch_size": "4",
                "--envs_per_worker": "2"}
@@ -106,8 +109,11 @@ def _smoke(args: list[str], results: str) -> list[str]:
     from wrappers.envs import family_of
 
     overrides = dict(SMOKE)
-    if family_of(_env(args)).name == "atari":
+    family = family_of(_env(args)).name
+    if family == "atari":
         overrides.update(ATARI_SMOKE)
+    if family == "vizdoom":
+        overrides.update(VIZDOOM_SMOKE)
     kept = [a for a in args if a.split("=", 1)[0] not in {*overrides, "--serial"}]
     return [*kept, *(f"{k}={v}" for k, v in overrides.items()), "--serial",
             f"--results_dir={results}"]

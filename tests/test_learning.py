@@ -14,8 +14,8 @@ CartPole run 7 times slower (76 s against 11 s, measured).
   consecutive training episodes within the budget. Every learning run here stops
   at its target (`--stop_at_return`, `--stop_window`): the suite's time goes to
   learning, not to the rest of the budget.
-* CartPole-v1 with `--agent=ppo` and with `--agent=truly_ppo` (their defaults) reach
-  the same 475 within 500k env steps.
+* CartPole-v1 with `--agent=ppo` (its defaults) reaches the same 475 within 500k env
+  steps; with `--agent=truly_ppo` a mean-20 of 200 within 100k (random play: 22).
 * MinAtar Breakout-v1 with nothing but `--env` and a budget of 200k env steps: the
   pixel defaults must reach a mean return of 2.0 over 100 consecutive episodes
   (a uniform random policy scores 0.37). This is pixel learning on 2 cores in
@@ -112,11 +112,17 @@ def test_cartpole_defaults_reach_475(results):
     assert solved is not None and solved[0] <= 500_000
 
 
-@pytest.mark.parametrize("agent", ["ppo", "truly_ppo"])
-def test_cartpole_ppo_agents_reach_475(results, agent):
-    solved = solved_run(results, f"CartPole-v1 --agent={agent}", 500_000, "--env=CartPole-v1",
-                        f"--agent={agent}")
+def test_cartpole_ppo_reaches_475(results):
+    solved = solved_run(results, "CartPole-v1 --agent=ppo", 500_000, "--env=CartPole-v1",
+                        "--agent=ppo")
     assert solved is not None and solved[0] <= 500_000
+
+
+def test_cartpole_truly_ppo_reaches_200(results):
+    # its 475 took 200k env steps (24 s alone), its 200 22k (4.5 s)
+    solved = solved_run(results, "CartPole-v1 --agent=truly_ppo", 100_000, "--env=CartPole-v1",
+                        "--agent=truly_ppo", target=200.0)
+    assert solved is not None and solved[0] <= 100_000
 
 
 REPLAY_MIXES = {"queue+standard": "standard", "queue+elite": "elite3"}  # --replays presets

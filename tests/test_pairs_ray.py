@@ -31,3 +31,10 @@ def ray_instance():
 def test_a_covering_run_with_ray_actors(run, tmp_path, ray_instance):
     with deadline(DEADLINE_S):
         check_covering_run(run, str(tmp_path))
+
+
+def test_vizdoom_with_ray_actors(tmp_path, ray_instance):
+    from tests.test_vizdoom import train
+
+    train(str(tmp_path / "results"), env="VizdoomHealthGatheringSupreme-v1", backend="ray",
+          eval_interval=0)

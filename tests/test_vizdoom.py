@@ -1,6 +1,7 @@
-"""ViZDoom (wrappers/vizdoom.py): the episode ends the learner sees, and a short run
-of each suite scenario through the real entry point (actors, --serial, the
-evaluator, --backend=ray, test mode with --render)."""
+"""ViZDoom (wrappers/vizdoom.py): the episode ends the learner sees, and short runs
+through main.py's entry (`main.run`, in this process): actors, --serial with the
+evaluator, test mode with --render. HealthGatheringSupreme's run is Ray's, in
+tests/test_pairs_ray.py, on that module's Ray instance."""
 
 from __future__ import annotations
 
@@ -9,10 +10,9 @@ import json
 import os
 
 import numpy as np
-import pytest
 
 from option_flags import default_values
-from tests.conftest import run_main
+from tests.pair_runs import DEADLINE_S, deadline, invoke
 from training.config import make_config
 from wrappers.batched import EnvOptions
 from wrappers.envs import env_info, make_batched_env
@@ -62,35 +62,37 @@ def test_observations_frames_and_defaults():
     assert not cfg.use_lstm and cfg.lstm_size == 128
 
 
-SMALL = ("--environment_max_steps=1024", "--batch_size=4", "--envs_per_worker=4",
-         "--worker_count=1", "--hidden_size=64", "--lstm_size=64")
+# a few updates: one actor of 4 envs, batches of 4 rollouts of 32 steps, small nets
+SMALL = dict(environment_max_steps=1024, batch_size=4, envs_per_worker=4, worker_count=1,
+             hidden_size=64, lstm_size=64, learner_threads=1, status_interval=600.0)
 
 
-def _run(results: str, *flags: str) -> dict:
-    proc = run_main(*SMALL, *flags, f"--results_dir={results}", timeout=240)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def train(results: str, **flags) -> str:
+    """A short run through main.py's entry in this process (tests/pair_runs.py's
+    `invoke`); its run directory."""
+    with deadline(DEADLINE_S):
+        status, err = invoke(**SMALL, **flags, results_dir=results)
+    assert status == 0, err[-3000:]
     (run,) = glob.glob(os.path.join(results, "*"))
+    summary = json.load(open(os.path.join(run, "summary.json")))
+    assert summary["env_steps"] >= 1024 and summary["frames"] == 4 * summary["env_steps"]
+    assert summary["updates"] >= 4
     return run
 
 
-@pytest.mark.parametrize("env_id, flags", [
-    ("VizdoomBasic-v1", ("--serial", "--eval_interval=512", "--eval_episodes=2")),
-    ("VizdoomHealthGatheringSupreme-v1", ("--backend=ray", "--eval_interval=0")),
-])
-def test_a_short_run(results, env_id, flags):
-    run = _run(results, f"--env={env_id}", *flags)
-    summary = json.load(open(os.path.join(run, "summary.json")))
-    assert summary["env_steps"] >= 1024 and summary["frames"] == 4 * summary["env_steps"]
-    if "--eval_interval=512" in flags:
-        assert len(open(os.path.join(run, "eval.csv")).readlines()) >= 3  # a header, 2 rows
+def test_a_serial_run_of_basic_with_its_evaluations(results):
+    run = train(results, env="VizdoomBasic-v1", serial=True, eval_interval=512,
+                eval_episodes=2)
+    assert len(open(os.path.join(run, "eval.csv")).readlines()) >= 3  # a header, 2 rows
 
 
 def test_actors_train_defend_center_and_test_mode_records_a_gif(results):
-    run = _run(results, "--env=VizdoomDefendCenter-v1", "--eval_interval=0")
-    proc = run_main("--op_mode=test", f"--load_model_url={run}", "--test_episode_count=1",
-                    "--render", "--video_format=gif", "--worker_count=1",
-                    f"--results_dir={results}_test", timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = train(results, env="VizdoomDefendCenter-v1", eval_interval=0)
+    with deadline(DEADLINE_S):
+        status, err = invoke(op_mode="test", load_model_url=run, test_episode_count=1,
+                             render=True, video_format="gif", worker_count=1,
+                             results_dir=results + "_test")
+    assert status == 0, err[-3000:]
     (test_run,) = glob.glob(os.path.join(results + "_test", "*"))
     from PIL import Image
 
