@@ -165,6 +165,11 @@ def run(row: Row, seeds: list[int], results_dir: str, log) -> int:
                               "error": f"main.py exited {status}"}))
             return 1
         record = make_record(row, seed, run_dir, row.command(seed), tree)
+        if record["env_steps"] < row.env_steps():  # stopped early (a signal): no record
+            print(json.dumps({"row": row.name, "seed": seed, "run_dir": run_dir,
+                              "error": f"the run stopped at {record['env_steps']} env steps "
+                                       f"of {row.env_steps()}: not recorded"}))
+            return 1
         path = save_record(record)
         print(json.dumps({"row": row.name, "seed": seed, "record": path,
                           "final_mean": record["final_mean"],

@@ -3,6 +3,7 @@ records give (and stale pages fail here, as docs/flags.md's do in test_docs)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -39,6 +40,14 @@ def test_a_run_of_a_row_writes_its_record(tmp_path, monkeypatch):
     hit = saved["reached"]["15.0"]
     assert hit is not None and hit["frames"] == hit["env_steps"] <= saved["env_steps"]
     assert len(saved["eval"]["mean"]) == 2  # at 2,000 and 4,000 env steps
+
+
+def test_a_run_stopped_before_its_budget_leaves_no_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(records, "RESULTS", str(tmp_path / "records"))
+    early = dataclasses.replace(TINY, flags=(*TINY.flags, "--stop_at_return=15"))
+    with open(tmp_path / "log.txt", "w") as log:
+        assert run(early, [3], str(tmp_path / "runs"), log) == 1
+    assert records.load_records(str(tmp_path / "records")) == {}
 
 
 def test_downsample_keeps_the_ends_and_at_most_the_points():
