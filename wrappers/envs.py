@@ -244,13 +244,15 @@ FAMILIES = (
         ppo_defaults=dict(optimizer="adam", lr=2.5e-4, batch_size=32)),
     EnvFamily(
         # Sample Factory's VizDoom settings (sf_examples/vizdoom/doom/doom_params.py and
-        # its defaults): an LSTM core, rollouts of 32, 1,024 steps a batch in one
-        # epoch of one minibatch, adam at a constant 1e-4, clip 0.1, an entropy bonus
-        # of 0.001, observations and returns normalised, gradients clipped at 4
+        # its defaults): an LSTM core, rollouts of 32, one epoch, clip 0.1, an entropy
+        # bonus of 0.001, observations and returns normalised, gradients clipped at 4;
+        # but 4 minibatches of 4 rollouts at a constant 2.5e-4, not one of 32 at 1e-4,
+        # whose one small step a batch left Basic's policy uniform for 480k frames
+        # (design notes: ViZDoom's settings on a CPU)
         "vizdoom", is_vizdoom, _check_vizdoom, _make_vizdoom, agent="ppo",
         skips_frames=True, ppo_constant_lr=True, imports=("vizdoom",),
-        defaults=dict(use_lstm=True, lstm_size=512, batch_size=32, r_f_steps=32,
-                      optimizer="adam", lr=1e-4, hidden_size=512, envs_per_worker=8,
+        defaults=dict(use_lstm=True, lstm_size=512, batch_size=16, r_f_steps=32,
+                      optimizer="adam", lr=2.5e-4, hidden_size=512, envs_per_worker=8,
                       clip_rewards=False, ppo_clip=0.1, normalize_input=True,
                       normalize_returns=True, entropy_loss_weight=0.001, ppo_epochs=1,
                       ppo_minibatches=1, gradient_clip_by_norm_threshold=4.0)),
