@@ -285,7 +285,7 @@ def main() -> None:
         # no evaluator: the run's end would wait for an evaluation of the final policy
         # (10 whole games), counted as training time; Sample Factory's rate has none
         eval_interval=0,
-        use_lstm=args.use_lstm,
+        use_lstm=args.use_lstm or None,
         precision=args.precision,
     )
     cfg, errors = make_config(values)

@@ -15,7 +15,7 @@ from option_flags import default_values
 from tests.pair_runs import DEADLINE_S, deadline, invoke
 from training.config import make_config
 from wrappers.batched import EnvOptions
-from wrappers.envs import env_info, make_batched_env
+from wrappers.envs import check_env_id, env_info, make_batched_env
 
 NOTHING = np.zeros(1, dtype=np.int64)  # action 0: no button pressed
 
@@ -51,6 +51,13 @@ def test_a_death_terminates():
     assert step.terminated[0] and not step.truncated[0] and step.final_obs is None
 
 
+def test_ids_it_cannot_play_are_refused_with_the_reason():
+    assert "MultiBinary" in check_env_id("VizdoomBasic-MultiBinary-v1")
+    assert "delta buttons" in check_env_id("VizdoomDeathmatch-v1")
+    assert "VizdoomDefendCenter-v1" in check_env_id("VizdoomNoSuch-v1")
+    assert check_env_id("VizdoomMyWayHome-v1") is None
+
+
 def test_observations_frames_and_defaults():
     info = env_info("VizdoomHealthGatheringSupreme-v1", EnvOptions())
     assert (info.obs_shape, info.obs_dtype, info.num_actions) == ((3, 72, 128), "uint8", 4)
@@ -58,6 +65,7 @@ def test_observations_frames_and_defaults():
     cfg, errors = make_config(default_values(env="VizdoomBasic-v1"))
     assert not errors, errors
     assert (cfg.agent, cfg.use_lstm, cfg.lstm_size, cfg.r_f_steps) == ("ppo", True, 512, 32)
+    assert (cfg.batch_size, cfg.ppo_epochs, cfg.ppo_minibatches, cfg.lr) == (16, 1, 4, 2.5e-4)
     cfg, errors = make_config(default_values(env="CartPole-v1"))
     assert not cfg.use_lstm and cfg.lstm_size == 128
 

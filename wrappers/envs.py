@@ -255,7 +255,7 @@ FAMILIES = (
                       optimizer="adam", lr=2.5e-4, hidden_size=512, envs_per_worker=8,
                       clip_rewards=False, ppo_clip=0.1, normalize_input=True,
                       normalize_returns=True, entropy_loss_weight=0.001, ppo_epochs=1,
-                      ppo_minibatches=1, gradient_clip_by_norm_threshold=4.0)),
+                      ppo_minibatches=4, gradient_clip_by_norm_threshold=4.0)),
     EnvFamily(
         # rl-baselines3-zoo tunes PPO per MuJoCo task (hyperparams/ppo.yml); its
         # HalfCheetah-v3 values: two 256-wide ReLU torsos, a first log-std of -2, 512

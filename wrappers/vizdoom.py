@@ -3,8 +3,9 @@
 The ids are those `vizdoom.gymnasium_wrapper` registers with a Discrete action
 space: `VizdoomBasic-v1`, `VizdoomDefendCenter-v1`,
 `VizdoomHealthGatheringSupreme-v1`, `VizdoomMyWayHome-v1`... (its `-MultiBinary-`
-ids are refused). Each env is a `vizdoom.DoomGame` made from the id's scenario
-file, set up as Sample Factory sets up its VizDoom envs (sf_examples/vizdoom):
+ids, and scenarios with delta buttons such as `VizdoomDeathmatch-v1`, are
+refused). Each env is a `vizdoom.DoomGame` made from the id's scenario file, set
+up as Sample Factory sets up its VizDoom envs (sf_examples/vizdoom):
   * a 160x120 render, resized (nearest pixel) to 128x72 in colour, uint8
     [3, 72, 128] channels first: the game's CRCGCB format needs no transpose;
   * one action per env step, repeated for --skipped_frames tics (4), so frames =
@@ -57,7 +58,15 @@ def scenario_file(env_id: str) -> str:
     if kwargs.get("max_buttons_pressed") != 1 or "scenario_config_file" not in kwargs:
         raise ValueError(f"{env_id!r}: only the Discrete ViZDoom ids are supported (not the "
                          "-MultiBinary- ones), e.g. VizdoomBasic-v1")
-    return os.path.join(vizdoom.scenarios_path, kwargs["scenario_config_file"])
+    path = os.path.join(vizdoom.scenarios_path, kwargs["scenario_config_file"])
+    game = vizdoom.DoomGame()
+    game.load_config(path)  # reads the file; starts no game
+    delta = [b.name for b in game.get_available_buttons() if vizdoom.is_delta_button(b)]
+    if delta:
+        raise ValueError(f"{env_id!r}: its scenario has delta buttons ({', '.join(delta)}), "
+                         "which take a number, not a press; scenarios of binary buttons are "
+                         "supported, e.g. VizdoomDefendCenter-v1")
+    return path
 
 
 def check(env_id: str) -> str | None:
