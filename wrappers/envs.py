@@ -193,10 +193,6 @@ def _make_minatar(env_id, num_envs, options, seed, render):
     return GymBatchedEnv(env_id, num_envs, seed, render, pixels=True)
 
 
-def _make_vizdoom(env_id, num_envs, options, seed, render):
-    return VizdoomBatchedEnv(env_id, num_envs, options, seed, render)
-
-
 def _make_gym(env_id, num_envs, options, seed, render):
     return GymBatchedEnv(env_id, num_envs, seed, render)
 
@@ -249,7 +245,7 @@ FAMILIES = (
         # but 4 minibatches of 4 rollouts at a constant 2.5e-4, not one of 32 at 1e-4,
         # whose one small step a batch left Basic's policy uniform for 480k frames
         # (design notes: ViZDoom's settings on a CPU)
-        "vizdoom", is_vizdoom, _check_vizdoom, _make_vizdoom, agent="ppo",
+        "vizdoom", is_vizdoom, _check_vizdoom, VizdoomBatchedEnv, agent="ppo",
         skips_frames=True, ppo_constant_lr=True, imports=("vizdoom",),
         defaults=dict(use_lstm=True, lstm_size=512, batch_size=16, r_f_steps=32,
                       optimizer="adam", lr=2.5e-4, hidden_size=512, envs_per_worker=8,

@@ -103,10 +103,11 @@ class VizdoomBatchedEnv:
 
     def __init__(self, env_id: str, num_envs: int, options: EnvOptions, seed: int,
                  render: bool = False):
+        """`render` is the family API's: the last full screen is always kept (`frame`)."""
         import vizdoom as vzd
 
         config = scenario_file(env_id)
-        self.num_envs, self.skip, self.seed = num_envs, options.skipped_frames, seed
+        self.num_envs, self.skip = num_envs, options.skipped_frames
         self.games = []
         for i in range(num_envs):
             game = vzd.DoomGame()
