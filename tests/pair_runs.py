@@ -13,13 +13,14 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 
 import torch
 
 import main
 from agents.registry import AGENTS
-from option_flags import default_values
+from option_flags import FLAGS, default_values
 from tests.pairs import FEATURES, OFF_POLICY, Run, run_features
 from training.checkpoint import acting_weights, load_checkpoint
 
@@ -45,21 +46,46 @@ DEADLINE_S = 240  # the slowest run took 30 s on 2 busy cores
 
 
 def invoke(**flags) -> tuple[int, str]:
-    """main.py's entry with `flags` given on the command line: (exit status, stderr).
-    What a run sets for its whole process (the signal handlers, torch's threads and
-    random stream) is put back afterwards, for the tests that follow in this one."""
+    """main.py's entry with `flags` given on the command line: (exit status, stderr)."""
+    status, _, err = _entry(default_values(**flags), set(flags))
+    return status, err
+
+
+def run_inline(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """tests.conftest.run_main's `main.py ARGV` without an interpreter's start (about 3 s
+    of CPU for torch's import): parsed by each flag's own parser, run in this process,
+    its stdout and stderr captured. For `--serial` runs, which start no process; one
+    that outlives `timeout` ends the test's process (`deadline`)."""
+    flags = {}
+    for arg in argv:
+        name, given, text = arg.removeprefix("--").partition("=")
+        if given:
+            flags[name] = FLAGS[name].parser.parse(text)
+        elif name in FLAGS:  # --use_lstm
+            flags[name] = True
+        else:  # --nouse_lstm
+            flags[name.removeprefix("no")] = False
+    with deadline(timeout):
+        status, out, err = _entry(default_values(**flags), set(flags))
+    return subprocess.CompletedProcess(argv, status, out, err)
+
+
+def _entry(values: dict, explicit: set[str]) -> tuple[int, str, str]:
+    """main.run(values, explicit) in this process: (exit status, stdout, stderr). What a
+    run sets for its whole process (the signal handlers, torch's threads and random
+    stream) is put back afterwards, for the tests that follow in this one."""
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     threads, rng = torch.get_num_threads(), torch.get_rng_state()
-    err = io.StringIO()
+    out, err = io.StringIO(), io.StringIO()
     try:
-        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-            status = main.run(default_values(**flags), set(flags))
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            status = main.run(values, explicit)
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)
         torch.set_num_threads(threads)
         torch.set_rng_state(rng)
-    return status, err.getvalue()
+    return status, out.getvalue(), err.getvalue()
 
 
 @contextlib.contextmanager

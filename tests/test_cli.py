@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.conftest import ROOT, run_main
+from tests.pair_runs import run_inline  # refusals start nothing: no interpreter to start
 
 RUN_FILES = ["flags.json", "episodes.csv", "learner.csv", "summary.json", "run.log",
              "checkpoint.pt"]
@@ -90,8 +91,8 @@ def _contents(run: str) -> dict[str, bytes]:
                                           ("--agent=ppo", "--agent=impala")])
 def test_resume_refuses_a_different_network_or_agent(results, cartpole_run, given, saved):
     before = _contents(cartpole_run)
-    proc = run_main("--op_mode=train_w_load", f"--load_model_url={cartpole_run}", given,
-                    f"--results_dir={results}", timeout=60)
+    proc = run_inline("--op_mode=train_w_load", f"--load_model_url={cartpole_run}", given,
+                      f"--results_dir={results}", timeout=60)
     assert proc.returncode == 2
     assert given.split("=")[0] in proc.stderr and saved in proc.stderr
     assert not os.path.exists(results)
@@ -102,8 +103,8 @@ def test_corrupt_checkpoint_is_a_clear_error(results, tmp_path):
     bad = tmp_path / "checkpoint.pt"
     bad.write_bytes(b"not a checkpoint")
     for mode in ("train_w_load", "test"):
-        proc = run_main(f"--op_mode={mode}", f"--load_model_url={bad}", "--env=CartPole-v1",
-                        f"--results_dir={results}", timeout=60)
+        proc = run_inline(f"--op_mode={mode}", f"--load_model_url={bad}", "--env=CartPole-v1",
+                          f"--results_dir={results}", timeout=60)
         assert proc.returncode == 2, proc.stderr
         assert str(bad) in proc.stderr and "corrupt" in proc.stderr
         assert not os.path.exists(results)

@@ -23,7 +23,7 @@ CartPole run 7 times slower (76 s against 11 s, measured).
   defect that kept Pong at -20) the best mean-100 in 1M env steps was 0.9. The
   same target and budget hold for `--agent=ppo`.
 * popgym's RepeatPreviousEasy (memory): `--use_lstm` reaches a mean-100 of 0 within
-  120k env steps; the same flags without it stay at chance (below -0.4 at 20k).
+  120k env steps; the same flags without it stay at chance (below -0.4 at 10k).
 * Pendulum-v1 (continuous actions, a Gaussian policy) with nothing but `--env`: the
   continuous defaults reach a mean-20 of -200 within 150k env steps (a random policy
   scores about -1,200; seed 0 got there at 73,728, in 45 s alone on a 2-core AMD
@@ -43,6 +43,7 @@ import torch
 
 from agents.networks import step_model
 from tests.conftest import run_main
+from tests.pair_runs import run_inline
 from training.evaluate import acting_model
 
 OPTIMAL_P_RIGHT = 2 - math.sqrt(2)
@@ -55,7 +56,7 @@ def _run_dir(results: str) -> str:
 
 
 def test_short_corridor_reaches_optimal_stochastic_policy(results):
-    proc = run_main(*SERIAL, "--env=ShortCorridor-v0", "--gamma=1", "--entropy_loss_weight=0",
+    proc = run_inline(*SERIAL, "--env=ShortCorridor-v0", "--gamma=1", "--entropy_loss_weight=0",
                     "--environment_max_steps=100000", f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     ckpt = torch.load(os.path.join(_run_dir(results), "checkpoint.pt"), weights_only=False)
@@ -96,8 +97,11 @@ def solved_run(results: str, name: str, steps: int, *flags: str, window: int = 2
     is asynchronous); (env steps, seconds) of the first mean(window) >= target in
     episodes.csv, or None."""
     mode = SERIAL if serial else ("--eval_interval=0",)
-    proc = run_main(*mode, f"--environment_max_steps={steps}", f"--stop_at_return={target}",
-                    f"--stop_window={window}", *flags, f"--results_dir={results}")
+    # a serial run with one learner starts no process: in this one (no interpreter start)
+    inline = serial and not any(f.startswith("--learner_count") for f in flags)
+    proc = (run_inline if inline else run_main)(
+        *mode, f"--environment_max_steps={steps}", f"--stop_at_return={target}",
+        f"--stop_window={window}", *flags, f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     solved = first_solved(os.path.join(_run_dir(results), "episodes.csv"), window, target)
     print(f"{name}: mean({window}) >= {target} at (env steps, seconds) = {solved}")
@@ -161,7 +165,7 @@ def test_memory_needs_the_lstm(results):
                         "--use_lstm", window=100, target=0.0)
     assert solved is not None and solved[0] <= 120_000
     chance = results + "_feed_forward"
-    proc = run_main(*SERIAL, "--environment_max_steps=20000", *MEMORY,
+    proc = run_inline(*SERIAL, "--environment_max_steps=10000", *MEMORY,
                     f"--results_dir={chance}")
     assert proc.returncode == 0, proc.stderr
     rows = list(csv.DictReader(open(os.path.join(_run_dir(chance), "episodes.csv"))))

@@ -137,7 +137,7 @@ def test_second_signal_exits_at_once_without_damaging_checkpoints(results):
 
 
 def test_resume_continues_counters_schedule_and_files(results):
-    proc = start_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=60000",
+    proc = start_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=30000",
                       "--lr=0.003", "--hidden_size=32", f"--results_dir={results}")
     wait_for(lambda: learner_rows(results) >= 30, 60, "30 updates", proc)
     proc.send_signal(signal.SIGINT)
@@ -145,7 +145,7 @@ def test_resume_continues_counters_schedule_and_files(results):
     d = run_dir(results)
     saved = load_checkpoint(d)["counters"]
     rows_before = list(csv.DictReader(open(os.path.join(d, "learner.csv"))))
-    assert len(rows_before) == saved["updates"] < 60000 // (16 * 20)
+    assert len(rows_before) == saved["updates"] < 30000 // (16 * 20)
 
     resumed = subprocess.run(
         [sys.executable, "main.py", "--op_mode=train_w_load", f"--load_model_url={d}"],
@@ -157,11 +157,11 @@ def test_resume_continues_counters_schedule_and_files(results):
     assert int(first["updates"]) == saved["updates"] + 1
     assert int(first["env_steps"]) >= saved["env_steps"]
     # flags saved in the checkpoint were used (lr 0.003, not the default 0.002) and the
-    # schedule went on: lr = 0.003 * (1 - env_steps / 60000)
-    assert float(first["lr"]) == pytest.approx(0.003 * (1 - int(first["env_steps"]) / 60000),
+    # schedule went on: lr = 0.003 * (1 - env_steps / 30000)
+    assert float(first["lr"]) == pytest.approx(0.003 * (1 - int(first["env_steps"]) / 30000),
                                                rel=1e-4)
     final = json.load(open(os.path.join(d, "summary.json")))
-    assert final["env_steps"] >= 60000 and final["updates"] == len(rows)
+    assert final["env_steps"] >= 30000 and final["updates"] == len(rows)
     episodes = list(csv.DictReader(open(os.path.join(d, "episodes.csv"))))
     assert len(episodes) == final["episodes"]
     assert torch.load(os.path.join(d, "checkpoint.pt"), weights_only=False)["config"]["lr"] == 0.003
@@ -274,7 +274,7 @@ def test_kill_9_right_after_a_checkpoint_then_resume_with_another_replay(results
         return max([int(p[-12:-3]) for p in glob.glob(os.path.join(d, "checkpoint_*.pt"))],
                    default=-1)
 
-    proc = start_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=30000",
+    proc = start_main("--env=CartPole-v1", "--worker_count=1", "--environment_max_steps=20000",
                       "--save_model_period=4", "--status_interval=1000", mix(200),
                       f"--results_dir={results}")
     wait_for(lambda: run_dir(results) and newest(run_dir(results)) >= 8, 90, "a checkpoint",

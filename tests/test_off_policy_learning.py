@@ -6,14 +6,14 @@ from __future__ import annotations
 import json
 import os
 
-from tests.conftest import run_main
+from tests.pair_runs import run_inline
 from tests.test_off_policy_runs import run_dir
 
 
 def test_sac_learns_pendulum_in_the_serial_mode(results):
     """-300 over 10 episodes (random: about -1,200) within 8,000 env steps (seed 0
     on an AMD EPYC: at 5,600)."""
-    out = run_main("--env=Pendulum-v1", "--agent=sac", "--serial", "--seed=0",
+    out = run_inline("--env=Pendulum-v1", "--agent=sac", "--serial", "--seed=0",
                    f"--results_dir={results}", "--environment_max_steps=8000",
                    "--learning_starts=1000", "--hidden_size=64", "--batch_size=128",
                    "--stop_at_return=-300", "--stop_window=10", "--status_interval=30",

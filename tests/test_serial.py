@@ -11,7 +11,7 @@ import os
 
 import torch
 
-from tests.conftest import run_main
+from tests.pair_runs import run_inline
 from workers.weights import SharedWeights
 
 # columns that measure time, not learning
@@ -25,7 +25,7 @@ def _rows(results: str, name: str) -> list[dict]:
 
 
 def _run(results: str, seed: int, *flags: str) -> None:
-    proc = run_main("--serial", "--learner_threads=1", f"--seed={seed}", "--worker_count=2",
+    proc = run_inline("--serial", "--learner_threads=1", f"--seed={seed}", "--worker_count=2",
                     "--environment_max_steps=3200",
                     "--eval_interval=1000", "--eval_episodes=3", f"--results_dir={results}", *flags)
     assert proc.returncode == 0, proc.stderr

@@ -28,7 +28,7 @@ import pytest
 import multi_train
 from tests.conftest import ROOT
 
-TINY = ["--env=CartPole-v1", "--worker_count=1", "--envs_per_worker=2"]
+TINY = ["--env=CartPole-v1", "--worker_count=1", "--envs_per_worker=2", "--serial"]  # no processes
 
 
 def run_sweep(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
