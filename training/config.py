@@ -251,7 +251,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
                  "ppo_epochs", "ppo_minibatches", "ppo_clip", "truly_ppo_delta", "adam_eps",
                  "impact_target_update", "learner_count", "learner_timeout",
                  "eval_episodes",
-                 "ray_weights_every", "ray_in_flight"):
+                 "ray_weights_every", "ray_in_flight", "ray_actor_timeout"):
         positive(name)
     if v.get("serial"):
         errors += [f"--serial: {why}; leave one of them out" for name, why in (

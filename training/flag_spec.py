@@ -71,8 +71,8 @@ def _int(name: str, default: int | None, help: str, **kw) -> FlagSpec:
     return FlagSpec(name, "int", default, help, **kw)
 
 
-def _float(name: str, default: float | None, help: str) -> FlagSpec:
-    return FlagSpec(name, "float", default, help)
+def _float(name: str, default: float | None, help: str, **kw) -> FlagSpec:
+    return FlagSpec(name, "float", default, help, **kw)
 
 
 def _str(name: str, default: str | None, help: str, **kw) -> FlagSpec:
@@ -243,6 +243,12 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
              "--backend=ray: rollout requests outstanding per actor. 1: each rollout starts from "
              "the newest weights (CartPole, 5 seeds: all reached 475; with 2, 4 of 5); more "
              "hides network round trips.", read_when=RAY),
+        _float("ray_actor_timeout", 120.0,
+               "--backend=ray: seconds the Ray actors may take to start (else the run stops "
+               "with status 1), and a Ray actor may return no rollout (unavailable while Ray "
+               "restarts it, or its node gone with no other to place it) before it counts as a "
+               "death toward --max_actor_restarts; bounds how long a run waits.",
+               read_when=RAY),
         _int("ray_weights_every", 1,
              "--backend=ray: put the weights into Ray's object store every this many learner "
              "updates.", read_when=RAY),

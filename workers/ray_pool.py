@@ -20,9 +20,13 @@ indices as a `FinishedRollout`.
 * Rollouts whose oldest row was acted by weights more than `max_policy_lag`
   updates old are dropped and counted (`stale_dropped`).
 * A lost actor is restarted by Ray (its calls meanwhile fail with
-  `ActorUnavailableError` and are sent again); the death shows as a new pid in its
-  results, is logged and counts toward `max_restarts` of the run, as with
-  processes. An actor whose call raised is restarted too, and counted once.
+  `ActorUnavailableError` and are sent again, counted in `unavailable_retries`); the
+  death shows as a new pid in its results, is logged and counts toward
+  `max_restarts` of the run, as with processes. An actor whose call raised is
+  restarted too, and counted once, its remote traceback logged. An actor that
+  returns nothing for `actor_timeout` s (unavailable, or its node gone and no node
+  can place it) counts as a death too, so a run never starves silently: past
+  `max_restarts` it stops with status 1.
 * `close()` kills the actors and shuts down a Ray instance the pool started.
 """
 
@@ -71,7 +75,10 @@ class RayRoller:
         import ray
 
         torch.set_num_threads(1)
-        if ray.get_runtime_context().was_current_actor_reconstructed:  # a restart: new streams
+        with warnings.catch_warnings():  # Ray 2.60's property reads its own deprecated one
+            warnings.simplefilter("ignore", DeprecationWarning)
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        if restarted:  # new streams
             seed = (cfg.seed + 1_000_003 * (1 + os.getpid() % 997)) % SEED_SPACE
             cfg = dataclasses.replace(cfg, seed=seed)
         self.cfg = cfg
@@ -150,7 +157,9 @@ def init_ray(address: str, num_cpus: int, log) -> bool:
 
     if ray.is_initialized():  # by this process already (data-parallel rank 0 starts it)
         return False
-    common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "WARNING"}
+    # log_to_driver: what an actor prints on its node (a crash's last words) reaches
+    # this console, prefixed with its pid and node's IP
+    common = {"include_dashboard": False, "log_to_driver": True, "logging_level": "WARNING"}
     if address:
         ray.init(address=address, runtime_env={
             "working_dir": ROOT, "excludes": [".venv", ".git", "results", "bench/curves",
@@ -170,9 +179,10 @@ class RayActorPool(ActorPoolBase):
     def __init__(self, cfg: ActorConfig, worker_count: int, slots, spec: dict,
                  weights: RayWeights, log, max_restarts: int = 3, resumes: int = 0,
                  address: str = "", max_policy_lag: int = 0, pixel_stack: int | None = None,
-                 in_flight: int = 1):
+                 in_flight: int = 1, actor_timeout: float = 120.0):
         """`spec`: the slots' field -> (shape [T+1, ...], dtype) (`training.plan.RunPlan`);
-        `pixel_stack`: C where obs are stacked frames (sent once each), else None."""
+        `pixel_stack`: C where obs are stacked frames (sent once each), else None;
+        `actor_timeout`: seconds an actor may return nothing before it counts as lost."""
         super().__init__(log)
         self.cfg = cfg
         self.spec = spec
@@ -185,6 +195,8 @@ class RayActorPool(ActorPoolBase):
         self.max_policy_lag = max_policy_lag
         self.pixel_stack = pixel_stack
         self.in_flight_per_actor = in_flight
+        self.actor_timeout = actor_timeout
+        self.unavailable_retries = 0  # requests sent again while Ray restarted an actor
         self.stale_dropped = 0  # rollouts over max_policy_lag
         self.bytes_received = 0  # since the last `stats()`
         self.bytes_total = 0  # rollout bytes taken from the object store, and rollouts
@@ -194,6 +206,8 @@ class RayActorPool(ActorPoolBase):
         self.in_flight: dict = {}  # ObjectRef -> actor index
         self._retry: list[tuple[float, int]] = []  # (when, actor index) to send again
         self._pids: list[int | None] = [None] * worker_count  # of each actor's process
+        self._heard: list[float] = [0.0] * worker_count  # its last result, or counted death
+        self._unavailable: list[bool] = [False] * worker_count  # reported as unavailable
         self._started_ray = False
         self._closed = False
 
@@ -210,8 +224,16 @@ class RayActorPool(ActorPoolBase):
             cfg = dataclasses.replace(self.cfg,
                                       seed=actor_seed(self.cfg.seed, i, 0, self.resumes))
             self.actors.append(remote.remote(cfg, self.spec, self.pixel_stack))
-        for i, where in enumerate(ray.get([a.where.remote() for a in self.actors])):
+        try:
+            placed = ray.get([a.where.remote() for a in self.actors], timeout=self.actor_timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise ActorFailure(f"the {self.worker_count} Ray actors did not all start within "
+                               f"--ray_actor_timeout={self.actor_timeout:g}s: the cluster has "
+                               f"{ray.available_resources().get('CPU', 0):g} free CPUs for "
+                               f"them (each takes one)") from None
+        for i, where in enumerate(placed):
             self.log.info(f"ray actor {i}: {self.cfg.envs_per_worker} envs on {where}")
+        self._heard = [time.time()] * self.worker_count
 
     # --- feeding -----------------------------------------------------------------------
     def _send(self, i: int) -> None:
@@ -236,25 +258,36 @@ class RayActorPool(ActorPoolBase):
         import ray
 
         if not self.in_flight:
+            self._check_silence()
             time.sleep(timeout)
             return []
         ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight),
                             timeout=timeout)
         ready = set(ready)
+        self._check_silence()
         out = []
         for ref in [r for r in self.in_flight if r in ready]:  # in the order sent
             if len(self.slots.free) < self.cfg.envs_per_worker:
+                for r in ready & self.in_flight.keys():  # answered; waiting for a slot
+                    self._heard[self.in_flight[r]] = time.time()
                 break
             i = self.in_flight.pop(ref)
             try:
                 result = ray.get(ref)
-            except ray.exceptions.ActorUnavailableError:
-                self._retry.append((time.time() + 0.5, i))  # restarting: counted by its pid
+            except ray.exceptions.ActorUnavailableError as e:
+                self._wait_for(i, e)  # restarting: its death is counted by its new pid
                 continue
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
-                self._lost(i, f"{type(e).__name__}: {_first_line(e)}",
-                           restart=isinstance(e, ray.exceptions.RayTaskError))
+                raised = isinstance(e, ray.exceptions.RayTaskError)
+                if raised:  # its traceback, as it was on the actor's node
+                    self.log.error(f"ray actor {i} raised:\n{str(e).strip()}")
+                self._lost(i, f"{type(e).__name__}: {_first_line(e)}", restart=raised)
                 continue
+            self._heard[i] = time.time()
+            if self._unavailable[i]:
+                self._unavailable[i] = False
+                self.log.info(f"ray actor {i} is back ({self.unavailable_retries} requests "
+                              f"sent again so far while actors were unavailable)")
             if self._pids[i] is not None and result["pid"] != self._pids[i]:
                 self._lost(i, f"its process {self._pids[i]} died; Ray started "
                               f"{result['pid']} in its place", restart=False)
@@ -286,12 +319,40 @@ class RayActorPool(ActorPoolBase):
                 buffer.index_copy_(1, index, torch.from_numpy(np.ascontiguousarray(fields[name])))
         return FinishedRollout(tuple(taken), result["episodes"], self.cfg.policy_id)
 
+    def _wait_for(self, i: int, error: Exception) -> None:
+        """Actor `i` is unavailable (Ray is restarting it): send its request again in
+        0.5 s, counted; reported once until it answers again."""
+        self.unavailable_retries += 1
+        self._retry.append((time.time() + 0.5, i))
+        if not self._unavailable[i]:
+            self._unavailable[i] = True
+            self.log.warning(f"ray actor {i} unavailable ({_first_line(error)}); its request "
+                             f"is sent again every 0.5 s, for up to --ray_actor_timeout="
+                             f"{self.actor_timeout:g}s")
+
+    def _check_silence(self) -> None:
+        """An actor that returned nothing for `actor_timeout` s counts as lost (its
+        requests in flight are dropped and sent again)."""
+        now = time.time()
+        for i, heard in enumerate(self._heard):
+            if now - heard <= self.actor_timeout:
+                continue
+            self._heard[i] = now
+            for ref in [r for r, j in self.in_flight.items() if j == i]:
+                del self.in_flight[ref]
+            self._lost(i, f"no rollout for {self.actor_timeout:g} s (--ray_actor_timeout; "
+                          f"{self.unavailable_retries} requests sent again while actors were "
+                          f"unavailable): its node may be gone with no other to place it",
+                       restart=False)
+
     def _lost(self, i: int, cause: str, restart: bool) -> None:
         """Count a death of actor `i` (ActorFailure past `max_restarts`), and send its
         request again; `restart`: it is alive but failed, so restart it first."""
         import ray
 
         self.restarts += 1
+        self._heard[i] = time.time()  # its silence is counted afresh from this death
+        self._pids[i] = None  # the process Ray starts in its place is not another death
         if self.restarts > self.max_restarts:
             raise ActorFailure(f"ray actor {i}: {cause}\n{self.restarts} actor deaths, more "
                                f"than --max_actor_restarts={self.max_restarts}: stopping the run")
@@ -299,7 +360,6 @@ class RayActorPool(ActorPoolBase):
                          f"sent again ({self.restarts}/{self.max_restarts})")
         if restart:
             ray.kill(self.actors[i], no_restart=False)
-            self._pids[i] = None  # the new process is not another death
         self._retry.append((time.time() + 0.5, i))
 
     # --- watching (a lost actor shows up as an error of its request in `poll`; Ray
@@ -311,7 +371,8 @@ class RayActorPool(ActorPoolBase):
         rate = self.bytes_received / max(now - self._stats_at, 1e-9)
         self.bytes_received, self._stats_at = 0, now
         return {"pipeline/ray_bytes_per_s": rate,
-                "pipeline/ray_stale_dropped": float(self.stale_dropped)}
+                "pipeline/ray_stale_dropped": float(self.stale_dropped),
+                "pipeline/ray_unavailable_retries": float(self.unavailable_retries)}
 
     # --- stopping ----------------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> list[FinishedRollout]:
