@@ -31,7 +31,33 @@ import option_flags  # noqa: E402
 
 def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()) -> int:
     """Run one op mode with the given flag values; returns the exit status. `problems`:
-    what the command line parser already found; they are reported with the rest."""
+    what the command line parser already found; they are reported with the rest.
+    Under torchrun (training/torchrun.py) every rank joins the learners' group first;
+    rank 0 runs, the others follow it."""
+    from training import torchrun
+
+    launch = torchrun.launched()
+    if launch is None:
+        return _run(values, explicit, problems)
+    given = set(explicit)
+    values, explicit, errors = torchrun.settle(values, set(explicit), launch)
+    try:
+        torchrun.join(launch, values["learner_timeout"] or 0.0)
+    except torchrun.GroupFailure as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if launch.rank != 0:
+        return torchrun.follower(launch, given)
+    status = 1
+    try:
+        status = _run(values, explicit, [*problems, *errors])
+    finally:
+        torchrun.release(status)
+    return status
+
+
+def _run(values: dict, explicit: set[str], problems: list[str]) -> int:
+    """`run` for one process: the run, or rank 0 of the learners."""
     from training.checkpoint import CheckpointError, load_checkpoint
     from training.config import make_config, merge_saved
     from training.policies import policy_configs, policy_zero, run_given

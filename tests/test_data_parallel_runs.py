@@ -1,7 +1,8 @@
-"""`--learner_count=2` through main.py: the serial mode repeats bit for bit and learns
-CartPole; a SIGINT stops both learners after the same update with one checkpoint,
-which resumes with one learner; a killed rank stops the run with status 1 and a
-checkpoint that resumes; no process or shared memory is left behind."""
+"""`--learner_count=2` through main.py: the serial mode learns CartPole (it repeats
+bit for bit, and as ranks torchrun started: tests/test_torchrun.py); a SIGINT stops
+both learners after the same update with one checkpoint, which resumes with one
+learner; a killed rank stops the run with status 1 and a checkpoint that resumes; no
+process or shared memory is left behind."""
 
 from __future__ import annotations
 
@@ -24,28 +25,10 @@ from tests.test_lifecycle import (
     stop_and_check,
     wait_for,
 )
-from tests.test_serial import _rows
 from training.checkpoint import load_checkpoint
 
 TWO = ("--env=CartPole-v1", "--learner_count=2", "--worker_count=2", "--eval_interval=0",
        "--status_interval=1", "--environment_max_steps=5000000")
-
-
-def test_two_serial_learners_repeat_bit_for_bit(tmp_path):
-    # ppo: minibatches of the group's steps, both normalisers merged
-    for k in ("a", "b"):
-        proc = run_main("--serial", "--learner_count=2", "--learner_threads=1", "--seed=7",
-                        "--env=CartPole-v1", "--agent=ppo", "--batch_size=4",
-                        "--normalize_input=true", "--normalize_returns=true",
-                        "--worker_count=2", "--environment_max_steps=2400",
-                        "--eval_interval=0", f"--results_dir={tmp_path / k}", timeout=300)
-        assert proc.returncode == 0, proc.stderr
-    for name, rows in (("learner.csv", 10), ("episodes.csv", 10)):
-        a, b = (_rows(str(tmp_path / k), name) for k in "ab")
-        assert len(a) >= rows
-        assert a == b, f"{name} differs between two runs with --seed=7"
-    assert "the largest parameter difference between the 2 learners is 0" in \
-        run_log(str(tmp_path / "a"))
 
 
 def test_two_serial_learners_reach_475_on_cartpole(results):

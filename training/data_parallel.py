@@ -6,7 +6,8 @@ own rollout slots and replays, and a batch of `--batch_size` rollouts: the group
 trains as one learner on N x `--batch_size` at the same learning rate (CleanRL's
 `ppo_atari_multigpu.py` and Cleanba's rule: the gradients are averaged, so the
 step is the one of the mean loss over the group's batch). Rank 0 is the main
-process; it starts ranks 1..N-1 (`start_ranks`), which run `rank_main`.
+process; it starts ranks 1..N-1 (`Ranks`), which run `rank_main`; or torchrun
+started every rank, on one node or many (training/torchrun.py).
 
 What keeps the ranks identical (training/group_driver.py drives them):
 - the same initial weights (the same seed, then rank 0's weights broadcast) and
@@ -88,29 +89,38 @@ def _collective(fn):
 
 class ProcessGroup(Group):
     """Rank `rank` of `size` learners, joined through the file `rendezvous` (a fresh
-    path). Device tensors travel by NCCL when `device` is CUDA and `nccl`, else by
-    gloo (CPU or CUDA tensors); the driver's small agreements always by gloo."""
+    path), or, with `rendezvous` None, through the gloo group torchrun's ranks joined
+    already (training/torchrun.py). Device tensors travel by NCCL when `device` is CUDA
+    and `nccl`, else by gloo (CPU or CUDA tensors); the driver's small agreements
+    always by gloo. `device_group` and `cpu` are the groups of each (None: the
+    default one)."""
 
-    def __init__(self, rank: int, size: int, rendezvous: str, device: torch.device,
+    def __init__(self, rank: int, size: int, rendezvous: str | None, device: torch.device,
                  timeout_s: float, nccl: bool = True):
         self.rank, self.size, self.device, self.timeout_s = rank, size, device, timeout_s
         timeout = datetime.timedelta(seconds=timeout_s)
         backend = "nccl" if nccl and device.type == "cuda" else "gloo"
+        self.cpu = self.device_group = None
         try:
-            dist.init_process_group(backend, init_method=f"file://{rendezvous}", rank=rank,
-                                    world_size=size, timeout=timeout)
+            if rendezvous is None:  # the default group is gloo; NCCL a group of its own
+                if backend == "nccl":
+                    self.device_group = dist.new_group(backend="nccl", timeout=timeout)
+            else:
+                dist.init_process_group(backend, init_method=f"file://{rendezvous}",
+                                        rank=rank, world_size=size, timeout=timeout)
+                if backend == "nccl":
+                    self.cpu = dist.new_group(backend="gloo", timeout=timeout)
         except (RuntimeError, ValueError) as e:
             raise GroupFailure(f"learner rank {rank}: the {size} learners did not all start "
                                f"within --learner_timeout={timeout_s:g}s: {e}") from e
         self.backend = backend
-        self.cpu = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else None
         self.waits = 0  # agreements where this rank had a batch and another had none
 
     # --- the losses' collectives (agents/group.py) -------------------------------------
     @_collective
     def sum(self, x: torch.Tensor) -> torch.Tensor:
         y = x.detach().clone().reshape(-1)
-        dist.all_reduce(y)
+        dist.all_reduce(y, group=self.device_group)
         return y.reshape(x.shape)
 
     def mean(self, x: torch.Tensor) -> torch.Tensor:
@@ -132,7 +142,7 @@ class ProcessGroup(Group):
         counts as zeros, and every parameter has one after."""
         flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
                           for p in params])
-        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=self.device_group)
         offset = 0
         for p in params:
             n = p.numel()
@@ -148,7 +158,7 @@ class ProcessGroup(Group):
         table = torch.zeros(self.size, width, dtype=torch.float64, device=mean.device)
         table[self.rank, 0] = n
         table[self.rank, 1:] = torch.cat([mean.reshape(-1), var.reshape(-1)]).double()
-        dist.all_reduce(table)
+        dist.all_reduce(table, group=self.device_group)
         d = mean.numel()
         return [(int(row[0]), row[1:1 + d].to(mean.dtype).reshape(mean.shape),
                  row[1 + d:].to(var.dtype).reshape(var.shape)) for row in table]
@@ -172,7 +182,7 @@ class ProcessGroup(Group):
     def broadcast_module(self, module: torch.nn.Module) -> None:
         """Give every rank rank 0's parameters and buffers."""
         for t in module.state_dict().values():
-            dist.broadcast(t, src=0)
+            dist.broadcast(t, src=0, group=self.device_group)
 
     @_collective
     def max_difference(self, module: torch.nn.Module) -> float:
@@ -180,9 +190,9 @@ class ProcessGroup(Group):
         (0.0 while the ranks are identical)."""
         flat = parameters_to_vector(module.parameters()).detach()
         ref = flat.clone()
-        dist.broadcast(ref, src=0)
+        dist.broadcast(ref, src=0, group=self.device_group)
         diff = (flat - ref).abs().max().reshape(1)
-        dist.all_reduce(diff, op=dist.ReduceOp.MAX)
+        dist.all_reduce(diff, op=dist.ReduceOp.MAX, group=self.device_group)
         return float(diff)
 
     @_collective
@@ -299,31 +309,46 @@ class Ranks:
 
 
 def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
-    """A rank other than 0: its part of the run, in the run directory of rank 0, which
-    writes every file (this rank logs to its run.log). Dies with the main process;
-    SIGINT is the main process's to decide; SIGTERM stops the group cleanly."""
+    """A rank other than 0 started by rank 0: its part of the run, in the run directory
+    of rank 0, which writes every file (this rank logs to its run.log). Dies with the
+    main process."""
     from training.checkpoint import load_checkpoint, resolve_checkpoint_path
-    from training.factory import build_driver
     from training.group_driver import FollowerRun
-    from training.plan import make_plan
-    from training.signals import StopSignal
     from workers.actor import die_with_parent
 
     die_with_parent()
+
+    def checkpoint():
+        return load_checkpoint(resolve_checkpoint_path(cfg.load_model_url)) \
+            if cfg.op_mode == "train_w_load" else None
+
+    def group():
+        return ProcessGroup(rank, cfg.learner_count, rendezvous, rank_device(cfg, rank),
+                            cfg.learner_timeout, nccl=uses_nccl(cfg))
+
+    exit_now(follow(cfg, rank, FollowerRun(run_path, rank), checkpoint, group))
+
+
+def follow(cfg, rank: int, run, checkpoint, group) -> int:
+    """Rank `rank`'s (not 0) part of the run: its driver, with the checkpoint
+    `checkpoint()` gives and the ProcessGroup `group()` joins; its exit status. SIGINT
+    is rank 0's to decide; SIGTERM stops the group cleanly."""
+    from training.factory import build_driver
+    from training.plan import make_plan
+    from training.signals import StopSignal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     stop = StopSignal()
     signal.signal(signal.SIGTERM, stop._handle)
-    run = FollowerRun(run_path, rank)
     run.log.info(f"learner rank {rank} started (pid {os.getpid()})")
-    group = driver = None
+    driver = None
+    joined = None
     status = 1
     try:
-        checkpoint = load_checkpoint(resolve_checkpoint_path(cfg.load_model_url)) \
-            if cfg.op_mode == "train_w_load" else None
-        group = ProcessGroup(rank, cfg.learner_count, rendezvous, rank_device(cfg, rank),
-                             cfg.learner_timeout, nccl=uses_nccl(cfg))
+        state = checkpoint()
+        joined = group()
         plan = make_plan(rank_view(cfg, rank))
-        driver = build_driver(cfg, plan, run, checkpoint, group=group)
+        driver = build_driver(cfg, plan, run, state, group=joined)
         driver.run(stop_requested=stop)
         status = 0
     except Exception:
@@ -337,13 +362,18 @@ def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
                 except GroupFailure as e:
                     run.log.error(str(e))
                     status = 1
-        if group is not None:
-            group.close()
+        if joined is not None:
+            joined.close()
         run.close()
+    return status
+
+
+def exit_now(status: int) -> None:
+    """A rank's exit, without the interpreter's teardown: it could meet gloo's
+    transport threads still winding down and abort the process (seen twice in ~40
+    runs on 2 busy cores)."""
     sys.stdout.flush()
     sys.stderr.flush()
-    # no interpreter teardown: it could meet gloo's transport threads still winding
-    # down and abort the process (seen twice in ~40 runs on 2 busy cores)
     os._exit(status)
 
 

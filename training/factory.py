@@ -30,7 +30,7 @@ from replay.storage_replay import StorageReplay
 from training.allocator import keep_freed_memory
 from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
-from training.data_parallel import GroupPacer, ProcessGroup, actor_share, rank_device
+from training.data_parallel import GroupPacer, ProcessGroup, actor_share
 from training.driver import Driver
 from training.group_driver import FollowerReport, GroupDriver
 from training.observers import Observer, StopAtReturn, WeightSyncObserver
@@ -107,7 +107,7 @@ def build_policy_learner(policy_id: int, cfg: Config, plan: RunPlan, run: RunDir
     the checkpoint's rank of the same number); its standard replays are views of
     `shared` if given (--share_experience)."""
     info = plan.info
-    device = rank_device(cfg, group.rank) if group.size > 1 else policy_device(cfg, policy_id)
+    device = group.device if group.size > 1 else policy_device(cfg, policy_id)
     agent = make_agent(cfg, info, device)
     if group.rank == 0:
         run.log.info(agent.precision_reason if cfg.num_policies == 1 else
@@ -315,7 +315,8 @@ def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weight
         return RayActorPool(actor_cfg, count, slots, plan.spec, weights, run.log,
                             cfg.max_actor_restarts, resumes=resumes, address=cfg.ray_address,
                             max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
-                            in_flight=cfg.ray_in_flight)
+                            in_flight=cfg.ray_in_flight,
+                            actor_timeout=cfg.ray_actor_timeout)
     if cfg.serial:
         return SerialActorPool(actor_cfg, count, slots, weights, run.log, resumes=resumes)
     return ActorPool(worker_context(env_modules(cfg.env)), actor_cfg, count, slots, weights,

@@ -33,18 +33,21 @@ from training.report import Counters
 
 class FollowerRun:
     """What a rank other than 0 has of the run directory: its path and a log that
-    appends to its run.log (and, from warnings up, to stderr)."""
+    appends to its run.log (and, from warnings up, to stderr); with no path (a rank
+    torchrun started, maybe on another node), a log to stderr alone."""
 
-    def __init__(self, path: str, rank: int):
-        self.path = path
+    def __init__(self, path: str | None, rank: int):
+        self.path = path if path is not None else "(rank 0's)"
         self.log = logging.getLogger(f"run.{path}.rank{rank}")
         self.log.setLevel(logging.INFO)
         self.log.propagate = False
         fmt = logging.Formatter(f"%(asctime)s rank {rank}: %(message)s", "%H:%M:%S")
-        to_file = logging.FileHandler(f"{path}/run.log")
         to_err = logging.StreamHandler(sys.stderr)
-        to_err.setLevel(logging.WARNING)
-        for handler in (to_file, to_err):
+        handlers = [to_err]
+        if path is not None:
+            handlers.append(logging.FileHandler(f"{path}/run.log"))
+            to_err.setLevel(logging.WARNING)
+        for handler in handlers:
             handler.setFormatter(fmt)
             self.log.addHandler(handler)
 

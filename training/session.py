@@ -34,6 +34,7 @@ from training.plan import RunPlan, check_memory, make_plan
 from training.policies import parse_weight_sync
 from training.run_dir import RunDir
 from training.signals import StopSignal
+from training.torchrun import Leader, launched
 from workers.actor_pool import ActorFailure
 from workers.slots import spec_bytes
 from wrappers.envs import EnvInfo, env_info
@@ -117,11 +118,12 @@ def preflight(cfg: Config, checkpoint: dict | None, policies: list[Config] | Non
             return None, problem
         plan = make_plan(cfg, info)
         problem = check_memory(plan)
-    else:  # rank 0's plan; every rank has slots and replays of its own
-        plan = make_plan(rank_view(cfg, 0))
+    else:  # rank 0's plan; every rank has slots and replays of its own, on this node
+        plan = make_plan(rank_view(cfg, 0))  # those torchrun started here, or all of them
+        here = launch.local_size if (launch := launched()) else cfg.learner_count
         problem = check_memory(dataclasses.replace(
-            plan, slot_bytes=plan.slot_bytes * cfg.learner_count,
-            replay_bytes=tuple(b * cfg.learner_count for b in plan.replay_bytes)))
+            plan, slot_bytes=plan.slot_bytes * here,
+            replay_bytes=tuple(b * here for b in plan.replay_bytes)))
     return (None, problem) if problem else (plan, None)
 
 
@@ -215,8 +217,9 @@ def run(cfg: Config, checkpoint: dict | None = None, policies: list[Config] | No
     status = 0
     try:
         group = None
-        if cfg.learner_count > 1:  # rank 0 here, the other ranks in processes of their own
-            ranks = Ranks(cfg, run_dir.path, run_dir.log)
+        if cfg.learner_count > 1:  # rank 0 here, the others started by it or by torchrun
+            ranks = Leader(cfg, checkpoint) if launched() else \
+                Ranks(cfg, run_dir.path, run_dir.log)
             group = ranks.group
         driver = build_driver(cfg, plan, run_dir, checkpoint, group=group, policies=policies)
         driver.run(stop_requested=stop)
