@@ -32,9 +32,9 @@ import option_flags  # noqa: E402
 def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()) -> int:
     """Run one op mode with the given flag values; returns the exit status. `problems`:
     what the command line parser already found; they are reported with the rest.
-    Under torchrun (training/torchrun.py) every rank joins the learners' group first;
+    Under torchrun (training/ranks/torchrun.py) every rank joins the learners' group first;
     rank 0 runs, the others follow it."""
-    from training import torchrun
+    from training.ranks import torchrun
 
     launch = torchrun.launched()
     if launch is None:
@@ -42,7 +42,7 @@ def run(values: dict, explicit: set[str] = frozenset(), problems: list[str] = ()
     given = set(explicit)
     values, explicit, errors = torchrun.settle(values, set(explicit), launch)
     try:
-        torchrun.join(launch, values["learner_timeout"] or 0.0)
+        torchrun.join(launch)
     except torchrun.GroupFailure as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,6 +1,6 @@
 """The learners that train one policy together, as an agent's losses see them.
 
-Data-parallel learners (`--learner_count=N`, training/data_parallel.py) each hold a
+Data-parallel learners (`--learner_count=N`, training/ranks/group.py) each hold a
 share of the group's batch and take identical optimizer steps. An agent reaches its
 partners through its `group` only, so the same losses serve one learner and N:
 

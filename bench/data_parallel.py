@@ -5,7 +5,7 @@ all-reduce's share of an update, on Pong's or CartPole's net.
     python -m bench.data_parallel --net=pong --ranks=1 --device=cuda:0 --backend=nccl
     python -m bench.data_parallel --net=pong --ranks=2 --device=cuda:0   # sharing a GPU
 
-`--ranks` processes join one `training.data_parallel.ProcessGroup` (gloo, or NCCL
+`--ranks` processes join one `training.ranks.group.ProcessGroup` (gloo, or NCCL
 with `--backend=nccl` on CUDA: one GPU per rank) and each updates the agent of the
 net's default flags (Pong: ppo, T=128, 4 epochs x 4 minibatches; CartPole: impala,
 T=20, one step) on a fixed synthetic batch of `--batch_size` rollouts per rank
@@ -70,7 +70,7 @@ def _agent_and_batch(net: str, batch_size: int | None, ranks: int, device: str):
 
 
 def rank_main(rank: int, args, rendezvous: str, results) -> None:
-    from training.data_parallel import ProcessGroup
+    from training.ranks.group import ProcessGroup
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.ranks))
     cfg, info, agent, batch = _agent_and_batch(args.net, args.batch_size, args.ranks,

@@ -7,7 +7,7 @@ on --device (timed after a synchronize on a GPU):
 - `update_ms`: `Agent.update`;
 - `deepcopy_ms`: `copy.deepcopy(agent.state_dict())`, the rollback's copy before
   `Snapshot` (allocates every tensor anew, and walks the state in Python);
-- `snapshot_ms`: `training.group_driver.Snapshot.take`, its copy now (copies into
+- `snapshot_ms`: `training.ranks.driver.Snapshot.take`, its copy now (copies into
   tensors allocated at the first take).
 
     python -m bench.rollback_copy [--env=PongNoFrameskip-v4] [--agent=impala]
@@ -39,7 +39,7 @@ from option_flags import default_values  # noqa: E402
 from training.allocator import keep_freed_memory  # noqa: E402
 from training.config import make_config  # noqa: E402
 from training.factory import make_agent  # noqa: E402
-from training.group_driver import Snapshot, _tensors  # noqa: E402
+from training.ranks.driver import Snapshot, _tensors  # noqa: E402
 from wrappers.envs import env_info  # noqa: E402
 
 

@@ -16,9 +16,9 @@ import torch
 from agents.normalize import RunningMeanStd, batch_moments
 from option_flags import default_values
 from training.config import make_config
-from training.data_parallel import GroupFailure, GroupPacer, ProcessGroup
 from training.factory import make_agent
-from training.group_driver import GroupDriver
+from training.ranks.driver import GroupDriver
+from training.ranks.group import GroupFailure, GroupPacer, ProcessGroup
 from training.report import Counters
 from wrappers.envs import env_info
 

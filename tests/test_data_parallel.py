@@ -26,8 +26,8 @@ import torch.multiprocessing as mp
 
 from agents.group import Group
 from tests import dp_harness
-from training.data_parallel import GroupFailure
-from training.group_driver import Snapshot
+from training.ranks.driver import Snapshot
+from training.ranks.group import GroupFailure
 
 TIMEOUT = 240  # seconds for a pair of ranks to run every case
 # where the ranks' tensors live (gloo either way); DP_DEVICE=cuda:0 on a GPU machine

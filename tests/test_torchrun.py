@@ -1,4 +1,4 @@
-"""Learners started by torchrun (training/torchrun.py): two "nodes" on 127.0.0.1,
+"""Learners started by torchrun (training/ranks/torchrun.py): two "nodes" on 127.0.0.1,
 each a torchrun launch of its own (`--nnodes=2 --node_rank=K`) with its own working
 directory, TMPDIR and results directory.
 
@@ -80,7 +80,7 @@ def finish(procs: list[subprocess.Popen], timeout: float) -> list[str]:
             out, _ = p.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             kill_tree(p)
-            out, _ = p.communicate()
+            out, _ = p.communicate(timeout=30)
         outs.append(out)
     return outs
 
@@ -103,7 +103,13 @@ def test_two_torchrun_nodes_train_as_the_spawned_ranks_do_bit_for_bit(tmp_path):
     proc = run_main(*SERIAL_TWO, "--learner_count=2", f"--results_dir={tmp_path / 'a'}",
                     timeout=300)
     assert proc.returncode == 0, proc.stderr
-    outs = finish(start_nodes(str(tmp_path / "torchrun"), *SERIAL_TWO), timeout=300)
+    procs = start_nodes(str(tmp_path / "torchrun"), *SERIAL_TWO)
+    try:
+        outs = finish(procs, timeout=300)
+    finally:
+        for p in procs:
+            kill_tree(p)
+    assert [p.returncode for p in procs] == [0, 0], outs
     nodes = [str(tmp_path / "torchrun" / f"node{k}") for k in (0, 1)]
     results = os.path.join(nodes[0], "results")
     assert run_dir(results) is not None, outs[0][-3000:]
@@ -130,7 +136,7 @@ def test_a_killed_node_stops_the_other_with_status_1_and_a_checkpoint_that_resum
     finally:
         for p in procs:
             kill_tree(p)
-            p.communicate()
+            p.communicate(timeout=30)
     print(f"node 0 exited {took:.1f} s after node 1 was killed")
     assert procs[0].returncode == 1, out[-3000:]
     assert "a collective with the other learners failed" in out, out[-3000:]

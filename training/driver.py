@@ -121,7 +121,7 @@ class Driver:
 
     def _stop_after_receipt(self, stop_requested) -> bool:
         """Whether to stop once this iteration's rollouts arrived (data-parallel ranks
-        agree on it there: training/group_driver.py)."""
+        agree on it there: training/ranks/driver.py)."""
         return False
 
     def _train(self, learner: PolicyLearner) -> None:

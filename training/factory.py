@@ -30,14 +30,14 @@ from replay.storage_replay import StorageReplay
 from training.allocator import keep_freed_memory
 from training.checkpoint import restore_rng
 from training.config import Config, resolve_device
-from training.data_parallel import GroupPacer, ProcessGroup, actor_share
 from training.driver import Driver
-from training.group_driver import FollowerReport, GroupDriver
 from training.observers import Observer, StopAtReturn, WeightSyncObserver
 from training.pacer import BatchReadyPacer, PolicyPacers, ReplayRatioPacer
 from training.plan import RunPlan
 from training.policies import parse_weight_sync
 from training.policy_learner import PolicyLearner
+from training.ranks.driver import FollowerReport, GroupDriver
+from training.ranks.group import GroupPacer, ProcessGroup, actor_share
 from training.report import PopulationReport, Report
 from training.run_dir import RunDir
 from workers.actor import ActorConfig, ModelPolicy
@@ -168,7 +168,7 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
                  policies: list[Config] | None = None) -> Driver:
     """Every part of the run, restored from `checkpoint` if given. `policy` is what
     the actors act with (`workers.actor.RandomPolicy` for the pipeline benchmark).
-    With `group`, the parts of one data-parallel rank (training/data_parallel.py):
+    With `group`, the parts of one data-parallel rank (training/ranks/group.py):
     its share of the actors; the files, evaluator and observers are rank 0's. With
     `policies` (--num_policies > 1: each policy's config, training/policies.py), a
     learner, folder and pacer per policy, and actor i acting for policy i mod K."""

@@ -244,10 +244,10 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
              "the newest weights (CartPole, 5 seeds: all reached 475; with 2, 4 of 5); more "
              "hides network round trips.", read_when=RAY),
         _float("ray_actor_timeout", 120.0,
-               "--backend=ray: seconds the Ray actors may take to start (else the run stops "
-               "with status 1), and a Ray actor may return no rollout (unavailable while Ray "
-               "restarts it, or its node gone with no other to place it) before it counts as a "
-               "death toward --max_actor_restarts; bounds how long a run waits.",
+               "--backend=ray: seconds the Ray actors may take to start (60 at least; else the "
+               "run stops with status 1), and a Ray actor may return no rollout (unavailable "
+               "while Ray restarts it, or its node gone with no other to place it) before it "
+               "counts as a death toward --max_actor_restarts; bounds how long a run waits.",
                read_when=RAY),
         _int("ray_weights_every", 1,
              "--backend=ray: put the weights into Ray's object store every this many learner "

@@ -27,14 +27,15 @@ from training.checkpoint import (
     start_branch,
 )
 from training.config import SAVED_BEFORE, Config
-from training.data_parallel import GroupFailure, Ranks, rank_view
 from training.factory import build_driver, make_agent
 from training.observers import sync_problem
 from training.plan import RunPlan, check_memory, make_plan
 from training.policies import parse_weight_sync
+from training.ranks.group import GroupFailure, rank_view
+from training.ranks.spawn import Ranks
+from training.ranks.torchrun import Leader, launched
 from training.run_dir import RunDir
 from training.signals import StopSignal
-from training.torchrun import Leader, launched
 from workers.actor_pool import ActorFailure
 from workers.slots import spec_bytes
 from wrappers.envs import EnvInfo, env_info
@@ -218,7 +219,7 @@ def run(cfg: Config, checkpoint: dict | None = None, policies: list[Config] | No
     try:
         group = None
         if cfg.learner_count > 1:  # rank 0 here, the others started by it or by torchrun
-            ranks = Leader(cfg, checkpoint) if launched() else \
+            ranks = Leader(cfg, checkpoint, launch) if (launch := launched()) else \
                 Ranks(cfg, run_dir.path, run_dir.log)
             group = ranks.group
         driver = build_driver(cfg, plan, run_dir, checkpoint, group=group, policies=policies)

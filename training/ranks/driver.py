@@ -1,5 +1,5 @@
 """The driver of one rank of data-parallel learners (`--learner_count=N`,
-training/data_parallel.py).
+training/ranks/group.py).
 
 The loop of `training.driver.Driver`, with everything the ranks must do alike
 agreed after each iteration's rollouts arrive (one small all-reduce): the env steps

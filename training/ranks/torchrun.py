@@ -5,8 +5,8 @@
 
 Every rank runs main.py with the same flags; torchrun gives each its RANK,
 WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, and the address of rank 0's store
-(`env://`). Instead of rank 0 spawning the other ranks (training/data_parallel.py's
-`Ranks`), the ranks all join a gloo process group first, before anything else. Then:
+(`env://`). Instead of rank 0 spawning the other ranks (training/ranks/spawn.py),
+the ranks all join a gloo process group first, before anything else. Then:
 
 * Rank 0 is the run: it checks the flags, loads a checkpoint and writes the run
   directory, as a run of one learner does. Through the group it sends each other
@@ -15,7 +15,7 @@ WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, and the address of rank 0's store
   flags), its exit status, which every rank then exits with.
 * The other ranks (`follow`) write nothing: their log lines go to stderr
   (torchrun's `--log_dir` or `--tee` keeps them). From there on they are the ranks
-  of training/data_parallel.py: the same collectives, pacing and checkpoints.
+  of training/ranks/group.py: the same collectives, pacing and checkpoints.
 * `--learner_count` is the world size (given, it must equal it). Each rank takes
   its device from LOCAL_RANK (cuda:LOCAL_RANK when --device is CUDA, NCCL between
   the GPUs). Auto values are sized for the node: `--learner_threads` this node's
@@ -26,18 +26,14 @@ WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, and the address of rank 0's store
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 
+import torch
 import torch.distributed as dist
 
-from training.data_parallel import (
-    GroupFailure,
-    ProcessGroup,
-    exit_now,
-    follow,
-    rank_device,
-)
+from training.ranks.driver import FollowerRun
+from training.ranks.follower import exit_now, follow
+from training.ranks.group import RANK_0_WAIT, GroupFailure, ProcessGroup, rank_device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +67,9 @@ def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[
     if values.get("learner_devices") is not None:
         errors.append("--learner_devices: under torchrun each rank takes cuda:LOCAL_RANK (or "
                       "the CPU, by --device); leave the flag out")
+    if values.get("backend") == "ray" and not values.get("ray_address"):
+        errors.append("--backend: under torchrun every rank would start a Ray instance of its "
+                      "own; start a cluster (ray start) and pass --ray_address=auto")
     cores = os.cpu_count() or 1
     settled = {"learner_count": launch.size}
     if values.get("learner_threads") is None:
@@ -80,17 +79,31 @@ def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[
     return {**values, **settled}, explicit | set(settled), errors
 
 
-def join(launch: Launch, timeout_s: float) -> None:
-    """Join the ranks' gloo group through torchrun's store (`env://`), within
-    `timeout_s` (GroupFailure otherwise)."""
+def join(launch: Launch) -> None:
+    """Join the ranks' default gloo group through torchrun's store (`env://`; torchrun
+    started every node's ranks, so they meet at once). It carries rank 0's word, which
+    may come after a long time alone (a large checkpoint to load, a test's games):
+    without --learner_timeout; the learners' collectives have their own groups, with it
+    (`ProcessGroup`). GroupFailure if it cannot be joined."""
+    Leader.told = False
     try:
         dist.init_process_group("gloo", init_method="env://", rank=launch.rank,
-                                world_size=launch.size,
-                                timeout=datetime.timedelta(seconds=max(timeout_s, 1.0)))
+                                world_size=launch.size, timeout=RANK_0_WAIT)
     except (RuntimeError, ValueError) as e:
         raise GroupFailure(f"learner rank {launch.rank}: the {launch.size} learners torchrun "
-                           f"started did not all meet within --learner_timeout={timeout_s:g}s: "
-                           f"{e}") from e
+                           f"started could not join: {e}") from e
+
+
+def nccl_for(device: torch.device, launch: Launch) -> bool:
+    """Whether the learners' tensors go by NCCL: every rank on a GPU of its own (this
+    node's ranks no more than its GPUs), agreed by all ranks (a CPU node among GPU
+    nodes makes it gloo for all)."""
+    ok = device.type == "cuda" and launch.local_size <= torch.cuda.device_count()
+    if ok:
+        torch.cuda.set_device(device)
+    vote = torch.tensor([int(ok)])
+    dist.all_reduce(vote, op=dist.ReduceOp.MIN)
+    return bool(vote.item())
 
 
 def rank_part(checkpoint: dict | None, rank: int) -> dict | None:
@@ -107,19 +120,24 @@ def rank_part(checkpoint: dict | None, rank: int) -> dict | None:
 
 
 class Leader:
-    """Rank 0's side (`training.data_parallel.Ranks`'s place): what each rank needs is
+    """Rank 0's side (`training.ranks.spawn.Ranks`'s place): what each rank needs is
     sent, then rank 0 joins the learners' ProcessGroup."""
 
     told = False  # whether the other ranks were sent the run (else `release` tells them)
 
-    def __init__(self, cfg, checkpoint: dict | None):
-        dist.broadcast_object_list([("run", cfg)], src=0)
-        for rank in range(1, cfg.learner_count):
-            dist.send_object_list([rank_part(checkpoint, rank)], dst=rank)
-        Leader.told = True
-        device = rank_device(cfg, 0)
+    def __init__(self, cfg, checkpoint: dict | None, launch: Launch):
+        try:
+            dist.broadcast_object_list([("run", cfg)], src=0)
+            Leader.told = True
+            for rank in range(1, cfg.learner_count):
+                dist.send_object_list([rank_part(checkpoint, rank)], dst=rank)
+            device = rank_device(cfg, launch.local_rank)
+            nccl = nccl_for(device, launch)
+        except RuntimeError as e:
+            raise GroupFailure(f"learner rank 0: the other learners left before the run "
+                               f"started: {e}") from e
         self.group = ProcessGroup(0, cfg.learner_count, None, device, cfg.learner_timeout,
-                                  nccl=device.type == "cuda")
+                                  nccl=nccl)
 
     def close(self, wait_s: float = 0.0) -> list[int | None]:
         """Leave the group; the other ranks' exit codes are torchrun's to report."""
@@ -130,9 +148,14 @@ class Leader:
 def release(status: int) -> None:
     """Rank 0 at its exit: the other ranks, if they were not sent the run, are told
     to exit with `status` (a run refused for its flags: 2)."""
-    if dist.is_initialized():
+    if not dist.is_initialized():
+        return
+    try:
         if not Leader.told:
             dist.broadcast_object_list([("exit", status)], src=0)
+    except RuntimeError:  # a rank that left already: nothing to tell it
+        pass
+    finally:
         dist.destroy_process_group()
 
 
@@ -140,24 +163,27 @@ def follower(launch: Launch, explicit: set[str]) -> int:
     """A rank other than 0: rank 0's word, then its part of the run (this process
     ends in it) or the exit status rank 0 sent. `explicit`: the flags given on its
     command line (the auto --learner_threads are this node's)."""
-    from training.group_driver import FollowerRun
-
-    word = [None]
-    dist.broadcast_object_list(word, src=0)
-    if word[0][0] == "exit":
-        dist.destroy_process_group()
-        return word[0][1]
-    cfg = word[0][1]
-    if "learner_threads" not in explicit:
-        cfg = dataclasses.replace(cfg, learner_threads=max(1, (os.cpu_count() or 1)
-                                                          // launch.local_size))
-    part = [None]
-    dist.recv_object_list(part, src=0)
-    device = rank_device(cfg, launch.local_rank)
+    run = FollowerRun(None, launch.rank)
+    word, part = [None], [None]
+    try:
+        dist.broadcast_object_list(word, src=0)
+        if word[0][0] == "exit":
+            dist.destroy_process_group()
+            return word[0][1]
+        cfg = word[0][1]
+        if "learner_threads" not in explicit:
+            cfg = dataclasses.replace(cfg, learner_threads=max(1, (os.cpu_count() or 1)
+                                                              // launch.local_size))
+        dist.recv_object_list(part, src=0)
+        device = rank_device(cfg, launch.local_rank)
+        nccl = nccl_for(device, launch)
+    except RuntimeError as e:  # rank 0 died before the run started
+        run.log.error(f"learner rank {launch.rank}: rank 0 left before the run started: {e}")
+        exit_now(1)
 
     def group():
         return ProcessGroup(launch.rank, launch.size, None, device, cfg.learner_timeout,
-                            nccl=device.type == "cuda")
+                            nccl=nccl)
 
-    exit_now(follow(cfg, launch.rank, FollowerRun(None, launch.rank), lambda: part[0], group))
+    exit_now(follow(cfg, launch.rank, run, lambda: part[0], group))
     return 1  # not reached

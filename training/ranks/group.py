@@ -6,10 +6,11 @@ own rollout slots and replays, and a batch of `--batch_size` rollouts: the group
 trains as one learner on N x `--batch_size` at the same learning rate (CleanRL's
 `ppo_atari_multigpu.py` and Cleanba's rule: the gradients are averaged, so the
 step is the one of the mean loss over the group's batch). Rank 0 is the main
-process; it starts ranks 1..N-1 (`Ranks`), which run `rank_main`; or torchrun
-started every rank, on one node or many (training/torchrun.py).
+process; it starts ranks 1..N-1 (training/ranks/spawn.py), or torchrun started
+every rank, on one node or many (training/ranks/torchrun.py); either way the ranks
+other than 0 live in training/ranks/follower.py.
 
-What keeps the ranks identical (training/group_driver.py drives them):
+What keeps the ranks identical (training/ranks/driver.py drives them):
 - the same initial weights (the same seed, then rank 0's weights broadcast) and
   the same checkpoint on a resume;
 - one flat all-reduce of the gradients per optimizer step, before the norm clip
@@ -34,16 +35,9 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import os
-import shutil
-import signal
-import sys
-import tempfile
-import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.utils import parameters_to_vector
 
 from agents.group import Group, Moments
@@ -89,11 +83,12 @@ def _collective(fn):
 
 class ProcessGroup(Group):
     """Rank `rank` of `size` learners, joined through the file `rendezvous` (a fresh
-    path), or, with `rendezvous` None, through the gloo group torchrun's ranks joined
-    already (training/torchrun.py). Device tensors travel by NCCL when `device` is CUDA
+    path), or, with `rendezvous` None, among torchrun's ranks, whose default group
+    (without the timeout: it waits for rank 0's own work) joined already
+    (training/ranks/torchrun.py). Device tensors travel by NCCL when `device` is CUDA
     and `nccl`, else by gloo (CPU or CUDA tensors); the driver's small agreements
     always by gloo. `device_group` and `cpu` are the groups of each (None: the
-    default one)."""
+    default one), each with the timeout."""
 
     def __init__(self, rank: int, size: int, rendezvous: str | None, device: torch.device,
                  timeout_s: float, nccl: bool = True):
@@ -102,9 +97,9 @@ class ProcessGroup(Group):
         backend = "nccl" if nccl and device.type == "cuda" else "gloo"
         self.cpu = self.device_group = None
         try:
-            if rendezvous is None:  # the default group is gloo; NCCL a group of its own
-                if backend == "nccl":
-                    self.device_group = dist.new_group(backend="nccl", timeout=timeout)
+            if rendezvous is None:  # torchrun's: groups of their own, with the timeout
+                self.cpu = dist.new_group(backend="gloo", timeout=timeout)
+                self.device_group = dist.new_group(backend=backend, timeout=timeout)
             else:
                 dist.init_process_group(backend, init_method=f"file://{rendezvous}",
                                         rank=rank, world_size=size, timeout=timeout)
@@ -256,125 +251,6 @@ def uses_nccl(cfg) -> bool:
     (NCCL refuses two ranks on one GPU; those share it through gloo)."""
     devices = [rank_device(cfg, r) for r in range(cfg.learner_count)]
     return all(d.type == "cuda" for d in devices) and len(set(devices)) == len(devices)
-
-
-class Ranks:
-    """Ranks 1..N-1 as processes of the main process (rank 0), and rank 0's group."""
-
-    def __init__(self, cfg, run_path: str, log):
-        self.tmp = tempfile.mkdtemp(prefix="learners-")
-        rendezvous = os.path.join(self.tmp, "rendezvous")
-        self.started_ray = False
-        rank_cfg = cfg
-        if cfg.backend == "ray" and not cfg.ray_address:  # one local Ray for every rank
-            import ray
-
-            from workers.ray_pool import init_ray
-
-            self.started_ray = init_ray("", cfg.worker_count, log)
-            rank_cfg = dataclasses.replace(
-                cfg, ray_address=ray.get_runtime_context().gcs_address)
-        ctx = mp.get_context("spawn")
-        self.procs = [ctx.Process(target=rank_main, args=(rank_cfg, r, rendezvous, run_path),
-                                  name=f"learner-{r}", daemon=False)
-                      for r in range(1, cfg.learner_count)]
-        for p in self.procs:
-            p.start()
-        try:
-            self.group = ProcessGroup(0, cfg.learner_count, rendezvous, rank_device(cfg, 0),
-                                      cfg.learner_timeout, nccl=uses_nccl(cfg))
-        except GroupFailure:
-            self.close(wait_s=0.0)
-            raise
-
-    def close(self, wait_s: float = 30.0) -> list[int | None]:
-        """Leave the group (a rank still waiting on rank 0 fails at once; after a clean
-        run none is: the last checkpoint's `wait_for_rank_0` let them go), wait up to
-        `wait_s` for the ranks to exit, kill the rest; their exit codes."""
-        if getattr(self, "group", None) is not None:
-            self.group.close()
-        deadline = time.monotonic() + wait_s
-        for p in self.procs:
-            p.join(max(0.0, deadline - time.monotonic()))
-        for p in self.procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5.0)
-        shutil.rmtree(self.tmp, ignore_errors=True)  # the rendezvous, once no rank reads it
-        if self.started_ray:
-            import ray
-
-            ray.shutdown()
-        return [p.exitcode for p in self.procs]
-
-
-def rank_main(cfg, rank: int, rendezvous: str, run_path: str) -> None:
-    """A rank other than 0 started by rank 0: its part of the run, in the run directory
-    of rank 0, which writes every file (this rank logs to its run.log). Dies with the
-    main process."""
-    from training.checkpoint import load_checkpoint, resolve_checkpoint_path
-    from training.group_driver import FollowerRun
-    from workers.actor import die_with_parent
-
-    die_with_parent()
-
-    def checkpoint():
-        return load_checkpoint(resolve_checkpoint_path(cfg.load_model_url)) \
-            if cfg.op_mode == "train_w_load" else None
-
-    def group():
-        return ProcessGroup(rank, cfg.learner_count, rendezvous, rank_device(cfg, rank),
-                            cfg.learner_timeout, nccl=uses_nccl(cfg))
-
-    exit_now(follow(cfg, rank, FollowerRun(run_path, rank), checkpoint, group))
-
-
-def follow(cfg, rank: int, run, checkpoint, group) -> int:
-    """Rank `rank`'s (not 0) part of the run: its driver, with the checkpoint
-    `checkpoint()` gives and the ProcessGroup `group()` joins; its exit status. SIGINT
-    is rank 0's to decide; SIGTERM stops the group cleanly."""
-    from training.factory import build_driver
-    from training.plan import make_plan
-    from training.signals import StopSignal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    stop = StopSignal()
-    signal.signal(signal.SIGTERM, stop._handle)
-    run.log.info(f"learner rank {rank} started (pid {os.getpid()})")
-    driver = None
-    joined = None
-    status = 1
-    try:
-        state = checkpoint()
-        joined = group()
-        plan = make_plan(rank_view(cfg, rank))
-        driver = build_driver(cfg, plan, run, state, group=joined)
-        driver.run(stop_requested=stop)
-        status = 0
-    except Exception:
-        run.log.exception(f"learner rank {rank} failed")
-    finally:
-        if driver is not None:
-            driver.close()
-            if status == 0:
-                try:
-                    driver.save()  # its part of the last checkpoint, until rank 0 wrote it
-                except GroupFailure as e:
-                    run.log.error(str(e))
-                    status = 1
-        if joined is not None:
-            joined.close()
-        run.close()
-    return status
-
-
-def exit_now(status: int) -> None:
-    """A rank's exit, without the interpreter's teardown: it could meet gloo's
-    transport threads still winding down and abort the process (seen twice in ~40
-    runs on 2 busy cores)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 def rank_view(cfg, rank: int):
