@@ -90,7 +90,8 @@ def stop(proc: subprocess.Popen) -> None:
 def test_actors_train_on_the_other_node_survive_its_loss_and_stop_cleanly(cluster, tmp_path):
     first = add_node(cluster)
     results = str(tmp_path / "results")
-    proc = start(cluster, str(tmp_path), results, "--ray_actor_timeout=30")
+    # no silence is due here: a restart on a busy machine may take long
+    proc = start(cluster, str(tmp_path), results, "--ray_actor_timeout=90")
     try:
         wait_for(lambda: learner_rows(results) >= 5, 120, "5 updates", proc)
         placed = re.findall(r"ray actor \d: 8 envs on \S+ \(node (\w+)\)", run_log(results))
@@ -124,8 +125,8 @@ def test_with_no_node_left_to_place_the_actors_the_run_stops_with_status_1(clust
         add_node(cluster)
     results = str(tmp_path / "results")
     # the node's loss kills both actors (2 deaths); then no node can place them, and
-    # after 15 s without a rollout a third death stops the run
-    proc = start(cluster, str(tmp_path), results, "--ray_actor_timeout=15",
+    # after 5 s without a rollout a third death stops the run
+    proc = start(cluster, str(tmp_path), results, "--ray_actor_timeout=5",
                  "--max_actor_restarts=2")
     try:
         wait_for(lambda: learner_rows(results) >= 3, 120, "3 updates", proc)
@@ -137,7 +138,7 @@ def test_with_no_node_left_to_place_the_actors_the_run_stops_with_status_1(clust
     finally:
         stop(proc)
     assert proc.returncode == 1, out[-3000:]
-    assert "no rollout for 15 s (--ray_actor_timeout" in out, out[-3000:]
+    assert "no rollout for 5 s (--ray_actor_timeout" in out, out[-3000:]
     assert "--max_actor_restarts=2: stopping the run" in out, out[-3000:]
     print(f"status 1 {took:.1f} s after the node left")
     assert load_checkpoint(run_dir(results))["counters"]["updates"] >= 3

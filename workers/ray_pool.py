@@ -51,6 +51,9 @@ from workers.actor_pool import (
 from workers.codec import pack_frames, unpack_frames
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the least time the actors have to start (a node unpacks the working directory and
+# imports torch; on a busy 2-core machine, more than 5 s)
+START_S = 60.0
 
 
 class HeldWeights:
@@ -224,26 +227,29 @@ class RayActorPool(ActorPoolBase):
             cfg = dataclasses.replace(self.cfg,
                                       seed=actor_seed(self.cfg.seed, i, 0, self.resumes))
             self.actors.append(remote.remote(cfg, self.spec, self.pixel_stack))
+        start_s = max(self.actor_timeout, START_S)
         try:
-            placed = ray.get([a.where.remote() for a in self.actors], timeout=self.actor_timeout)
+            placed = ray.get([a.where.remote() for a in self.actors], timeout=start_s)
         except ray.exceptions.GetTimeoutError:
             raise ActorFailure(f"the {self.worker_count} Ray actors did not all start within "
-                               f"--ray_actor_timeout={self.actor_timeout:g}s: the cluster has "
+                               f"{start_s:g} s (--ray_actor_timeout, 60 at least): the cluster has "
                                f"{ray.available_resources().get('CPU', 0):g} free CPUs for "
                                f"them (each takes one)") from None
         for i, where in enumerate(placed):
             self.log.info(f"ray actor {i}: {self.cfg.envs_per_worker} envs on {where}")
-        self._heard = [time.time()] * self.worker_count
+        self._heard = [time.monotonic()] * self.worker_count
 
     # --- feeding -----------------------------------------------------------------------
     def _send(self, i: int) -> None:
+        if i not in self.in_flight.values() and not self._unavailable[i]:
+            self._heard[i] = time.monotonic()  # idle until now (held back), not silent
         version, ref = self.weights.ref()
         self.in_flight[self.actors[i].rollout.remote(version, [ref])] = i
 
     def grant(self) -> None:
         """Keep `in_flight` requests outstanding per actor (an actor that Ray is
         restarting gets its requests again a little later)."""
-        now = time.time()
+        now = time.monotonic()
         counts = [0] * len(self.actors)
         for i in [*self.in_flight.values(), *(i for at, i in self._retry if at > now)]:
             counts[i] += 1
@@ -264,12 +270,13 @@ class RayActorPool(ActorPoolBase):
         ready, _ = ray.wait(list(self.in_flight), num_returns=len(self.in_flight),
                             timeout=timeout)
         ready = set(ready)
-        self._check_silence()
         out = []
         for ref in [r for r in self.in_flight if r in ready]:  # in the order sent
+            if ref not in self.in_flight:  # dropped with its actor's death
+                continue
             if len(self.slots.free) < self.cfg.envs_per_worker:
                 for r in ready & self.in_flight.keys():  # answered; waiting for a slot
-                    self._heard[self.in_flight[r]] = time.time()
+                    self._heard[self.in_flight[r]] = time.monotonic()
                 break
             i = self.in_flight.pop(ref)
             try:
@@ -277,13 +284,14 @@ class RayActorPool(ActorPoolBase):
             except ray.exceptions.ActorUnavailableError as e:
                 self._wait_for(i, e)  # restarting: its death is counted by its new pid
                 continue
-            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError,
+                    ray.exceptions.ObjectLostError) as e:  # lost: its rollout with its node
                 raised = isinstance(e, ray.exceptions.RayTaskError)
                 if raised:  # its traceback, as it was on the actor's node
                     self.log.error(f"ray actor {i} raised:\n{str(e).strip()}")
                 self._lost(i, f"{type(e).__name__}: {_first_line(e)}", restart=raised)
                 continue
-            self._heard[i] = time.time()
+            self._heard[i] = time.monotonic()
             if self._unavailable[i]:
                 self._unavailable[i] = False
                 self.log.info(f"ray actor {i} is back ({self.unavailable_retries} requests "
@@ -295,6 +303,7 @@ class RayActorPool(ActorPoolBase):
             finished = self._store(result)
             if finished is not None:
                 out.append(finished)
+        self._check_silence()  # after the answers: a learner that was busy is not silence
         return out
 
     def _store(self, result: dict) -> FinishedRollout | None:
@@ -323,7 +332,7 @@ class RayActorPool(ActorPoolBase):
         """Actor `i` is unavailable (Ray is restarting it): send its request again in
         0.5 s, counted; reported once until it answers again."""
         self.unavailable_retries += 1
-        self._retry.append((time.time() + 0.5, i))
+        self._retry.append((time.monotonic() + 0.5, i))
         if not self._unavailable[i]:
             self._unavailable[i] = True
             self.log.warning(f"ray actor {i} unavailable ({_first_line(error)}); its request "
@@ -331,15 +340,14 @@ class RayActorPool(ActorPoolBase):
                              f"{self.actor_timeout:g}s")
 
     def _check_silence(self) -> None:
-        """An actor that returned nothing for `actor_timeout` s counts as lost (its
-        requests in flight are dropped and sent again)."""
-        now = time.time()
+        """An actor asked for a rollout (a request in flight or to be sent again) that
+        returned nothing for `actor_timeout` s counts as lost (its requests in flight
+        are dropped and sent again); one the learner holds back is idle, not silent."""
+        now = time.monotonic()
+        asked = set(self.in_flight.values()) | {i for _, i in self._retry}
         for i, heard in enumerate(self._heard):
-            if now - heard <= self.actor_timeout:
+            if i not in asked or now - heard <= self.actor_timeout:
                 continue
-            self._heard[i] = now
-            for ref in [r for r, j in self.in_flight.items() if j == i]:
-                del self.in_flight[ref]
             self._lost(i, f"no rollout for {self.actor_timeout:g} s (--ray_actor_timeout; "
                           f"{self.unavailable_retries} requests sent again while actors were "
                           f"unavailable): its node may be gone with no other to place it",
@@ -351,8 +359,11 @@ class RayActorPool(ActorPoolBase):
         import ray
 
         self.restarts += 1
-        self._heard[i] = time.time()  # its silence is counted afresh from this death
+        self._heard[i] = time.monotonic()  # its silence is counted afresh from this death
         self._pids[i] = None  # the process Ray starts in its place is not another death
+        for ref in [r for r, j in self.in_flight.items() if j == i]:
+            del self.in_flight[ref]  # dead with it: not another death each
+        self._retry = [(at, j) for at, j in self._retry if j != i]
         if self.restarts > self.max_restarts:
             raise ActorFailure(f"ray actor {i}: {cause}\n{self.restarts} actor deaths, more "
                                f"than --max_actor_restarts={self.max_restarts}: stopping the run")
@@ -360,7 +371,7 @@ class RayActorPool(ActorPoolBase):
                          f"sent again ({self.restarts}/{self.max_restarts})")
         if restart:
             ray.kill(self.actors[i], no_restart=False)
-        self._retry.append((time.time() + 0.5, i))
+        self._retry.append((time.monotonic() + 0.5, i))
 
     # --- watching (a lost actor shows up as an error of its request in `poll`; Ray
     # actors are not our processes, so they have no pids here) ------------------------
