@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_main
+from tests.conftest import ROOT
+from tests.pair_runs import run_inline
 
 README = os.path.join(ROOT, "README.md")
 
@@ -122,7 +123,7 @@ def _smoke(args: list[str], results: str) -> list[str]:
 @pytest.mark.parametrize("args", quick_start_commands(), ids=_env)
 def test_quick_start_command_runs(args, tmp_path):
     results = str(tmp_path / "results")
-    proc = run_main(*_smoke(args, results), timeout=180)
+    proc = run_inline(*_smoke(args, results), timeout=180)  # serial: in this process
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (run,) = os.listdir(results)
     with open(os.path.join(results, run, "summary.json")) as f:

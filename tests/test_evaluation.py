@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 
 from agents.model_spec import ModelSpec, build_model
 from tests.conftest import run_main
+from tests.pair_runs import run_inline
 from training.run_dir import EVAL_COLUMNS
 from workers.evaluator import EvalConfig, Evaluator, duty_cap, play, wait_ready
 from workers.weights import SharedWeights
@@ -39,9 +40,9 @@ def test_a_reused_env_counts_each_evaluation_from_a_fresh_start():
 
 
 def test_a_run_writes_eval_csv_and_its_summary(results):
-    proc = run_main("--env=CartPole-v1", "--serial", "--learner_threads=1",
-                    "--environment_max_steps=20000", "--eval_interval=5000",
-                    "--eval_episodes=4", f"--results_dir={results}")
+    proc = run_inline("--env=CartPole-v1", "--serial", "--learner_threads=1",
+                      "--environment_max_steps=20000", "--eval_interval=5000",
+                      "--eval_episodes=4", f"--results_dir={results}")
     assert proc.returncode == 0, proc.stderr
     (run,) = glob.glob(os.path.join(results, "*"))
     with open(os.path.join(run, "eval.csv"), newline="") as f:

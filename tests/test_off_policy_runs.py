@@ -13,6 +13,7 @@ import pytest
 
 from option_flags import default_values
 from tests.conftest import run_main
+from tests.pair_runs import run_inline
 from training.config import make_config
 from training.pacer import ReplayRatioPacer
 
@@ -110,12 +111,12 @@ def test_slow_actors_make_the_learner_wait(results):
 def test_checkpoint_with_the_replay_resume_and_test_mode(results):
     common = ("--env=Pendulum-v1", "--agent=ddpg", "--serial", f"--results_dir={results}",
               "--learning_starts=300", "--checkpoint_replay", *SMALL)
-    first = run_main(*common, "--environment_max_steps=800", timeout=300)
+    first = run_inline(*common, "--environment_max_steps=800", timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     path = run_dir(results)
     updates = int(learner_rows(path)[-1]["updates"])
-    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={path}",
-                       "--environment_max_steps=1200", timeout=300)
+    resumed = run_inline(*common, "--op_mode=train_w_load", f"--load_model_url={path}",
+                         "--environment_max_steps=1200", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     log = open(os.path.join(path, "run.log")).read()
     assert "continues saved entry 0, with its rollouts" in log
@@ -135,12 +136,12 @@ def test_a_resume_without_the_replay_goes_on_at_the_ratio(results):
     the ratio (1) from the checkpoint's updates: no burst of the refill's 256."""
     common = ("--env=Pendulum-v1", "--agent=ddpg", "--serial", f"--results_dir={results}",
               "--learning_starts=300", *SMALL)
-    first = run_main(*common, "--environment_max_steps=600", timeout=300)
+    first = run_inline(*common, "--environment_max_steps=600", timeout=300)
     assert first.returncode == 0, first.stderr[-2000:]
     path = run_dir(results)
     before = learner_rows(path)[-1]
-    resumed = run_main(*common, "--op_mode=train_w_load", f"--load_model_url={path}",
-                       "--environment_max_steps=1000", timeout=300)
+    resumed = run_inline(*common, "--op_mode=train_w_load", f"--load_model_url={path}",
+                         "--environment_max_steps=1000", timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "it refills" in open(os.path.join(path, "run.log")).read()
     after = learner_rows(path)[-1]
@@ -168,7 +169,7 @@ def test_sac_refuses_n_step_returns_td3_takes_them():
 
 
 def test_off_policy_agents_refuse_discrete_actions(results):
-    out = run_main("--env=CartPole-v1", "--agent=td3", f"--results_dir={results}", timeout=120)
+    out = run_inline("--env=CartPole-v1", "--agent=td3", f"--results_dir={results}", timeout=120)
     assert out.returncode == 2
     assert "td3 acts in box action spaces and CartPole-v1 has discrete actions" in out.stderr
     assert not os.path.exists(results)
@@ -180,9 +181,9 @@ def test_elite_and_attentive_replays_feed_sac(results):
     mix = ('[{"type": "custom", "capacity": 400, "sample_ratio": 0.5, "dist_function": '
            '"kl_div"}, {"type": "custom", "capacity": 400, "sample_ratio": 0.5, '
            '"sample_strategy": "attentive_sampling", "features": "hidden"}]')
-    out = run_main("--env=Pendulum-v1", "--agent=sac", "--serial", f"--results_dir={results}",
-                   "--environment_max_steps=560", "--learning_starts=300",
-                   f"--replay_parameters={mix}", *SMALL, timeout=300)
+    out = run_inline("--env=Pendulum-v1", "--agent=sac", "--serial", f"--results_dir={results}",
+                     "--environment_max_steps=560", "--learning_starts=300",
+                     f"--replay_parameters={mix}", *SMALL, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = learner_rows(run_dir(results))
     assert int(rows[-1]["updates"]) >= 240

@@ -20,6 +20,7 @@ from replay.config import ReplaySpec
 from replay.shared import SharedView
 from replay.storage_replay import StorageReplay
 from tests.conftest import run_main, start_main
+from tests.pair_runs import run_inline
 from tests.test_lifecycle import run_dir, shm_entries, stop_and_check, wait_for
 from training.checkpoint import load_checkpoint
 from training.config import make_config
@@ -257,12 +258,12 @@ def test_a_seeded_serial_pbt_run_repeats_bit_for_bit(tmp_path):
     runs = []
     for name in ("a", "b"):
         results = str(tmp_path / name)
-        proc = run_main("--env=CartPole-v1", "--serial", "--learner_threads=1", "--seed=5",
-                        "--num_policies=2", "--worker_count=2", "--with_pbt",
-                        "--pbt_period_env_steps=1000", "--pbt_replace_fraction=0.5",
-                        "--pbt_mutation_rate=1", "--pbt_replace_reward_gap=0",
-                        "--environment_max_steps=8000", "--eval_interval=0",
-                        f"--results_dir={results}", timeout=300)
+        proc = run_inline("--env=CartPole-v1", "--serial", "--learner_threads=1", "--seed=5",
+                          "--num_policies=2", "--worker_count=2", "--with_pbt",
+                          "--pbt_period_env_steps=1000", "--pbt_replace_fraction=0.5",
+                          "--pbt_mutation_rate=1", "--pbt_replace_reward_gap=0",
+                          "--environment_max_steps=8000", "--eval_interval=0",
+                          f"--results_dir={results}", timeout=300)
         assert proc.returncode == 0, proc.stderr[-2000:]
         runs.append(run_dir(results))
     for name in ("pbt.csv", "policy_0/learner.csv", "policy_1/learner.csv",
