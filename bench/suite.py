@@ -81,6 +81,14 @@ WHEELER = (
 CLEANRL_PPO = "https://docs.cleanrl.dev/rl-algorithms/ppo/"
 ZOO = "https://github.com/DLR-RM/rl-baselines3-zoo/blob/master/benchmark.md"
 GYMNAX = "https://github.com/RobertTLange/gymnax"
+# the off-policy rows' figures at 300k env steps, means of 10 seeds' evaluation returns
+# ± their standard deviation (ddof 0), read from the raw curves: Tianshou's SAC (MuJoCo
+# v3; the CSVs live only at this commit), the TD3 paper's own curves (MuJoCo v1), and
+# the SAC runs released with SimbaV2 (v4, dojeon-ai/SimbaV2 results/baseline/sac.csv;
+# its nearest point, 299,988 steps)
+TIANSHOU = ("https://github.com/thu-ml/tianshou/tree/39acf2094d96268d92ebb54dcbfc3de76d702567/"
+            "examples/mujoco/benchmark")
+TD3_CURVES = "https://github.com/sfujim/TD3/tree/master/learning_curves"
 # peers' figures as their sources give them: CleanRL's are the mean over 3 seeds of
 # the last 100 training episodes; rl-baselines3-zoo's one run's evaluation; gymnax's
 # one PPO checkpoint on its JAX port of MinAtar
@@ -143,13 +151,19 @@ ROWS: dict[str, Row] = {r.name: r for r in (
     # TD3 paper's for td3)
     Row("half_cheetah_sac", "Off-policy (MuJoCo)", "HalfCheetah, sac", "HalfCheetah-v5",
         ("--agent=sac", "--eval_interval=25000"), 300_000, _seeds(100, 3),
-        (3000.0, 6000.0, 9059.0), 9059.0),
+        (3000.0, 6000.0, 9059.0), 9059.0,
+        Peer("Tianshou SAC (v3, 10 seeds)", "9,059 ± 1,051 at 300k env steps (evaluation; "
+             "SimbaV2's SAC runs, v4: 8,593 ± 964)", TIANSHOU)),
     Row("hopper_td3", "Off-policy (MuJoCo)", "Hopper, td3", "Hopper-v5",
         ("--agent=td3", "--eval_interval=25000"), 300_000, _seeds(100, 3),
-        (1000.0, 2000.0, 2410.0), 2410.0, headline=False),
+        (1000.0, 2000.0, 2410.0), 2410.0,
+        Peer("TD3 paper's curves (v1, 10 seeds)", "2,410 ± 900 at 300k env steps (evaluation)",
+             TD3_CURVES), headline=False),
     Row("walker2d_sac", "Off-policy (MuJoCo)", "Walker2d, sac", "Walker2d-v5",
         ("--agent=sac", "--eval_interval=25000"), 300_000, _seeds(100, 3),
-        (1000.0, 2000.0, 3387.0), 3387.0, headline=False),
+        (1000.0, 2000.0, 3387.0), 3387.0,
+        Peer("Tianshou SAC (v3, 10 seeds)", "3,387 ± 1,182 at 300k env steps (evaluation; "
+             "SimbaV2's SAC runs, v4: 2,470 ± 1,571)", TIANSHOU), headline=False),
 )}
 
 
