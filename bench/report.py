@@ -232,10 +232,12 @@ def render_headline(records: dict[str, list[dict]]) -> str:
             continue
         unit = _unit(row)
         k, to = reached(recs, row.main, unit)
+        to = to.rsplit(" (", 1)[0]
         peer = f"{row.peer.name}: {row.peer.figure}" if row.peer else "—"
         lines.append(f"| {row.env} | {row.label} | {_num(row.budget_frames)} {unit} | "
                      f"{len(recs)} | {_num(row.main)} in {k}/{len(recs)} | "
-                     f"{to.rsplit(' (', 1)[0]} {unit} | {_spread(finals(recs))} | {peer} |")
+                     f"{to if to == '—' else f'{to} {unit}'} | {_spread(finals(recs))} | "
+                     f"{peer} |")
     speed = [f"\nTraining on {r['env']} with the defaults: **{r['ratio']:.2f}x Sample Factory "
              f"2.1.1's frames/s** on the same machine ({r['cpu']}, {r['cores']} cores; median "
              f"of {len(r['pairs'])} back-to-back runs).\n"
