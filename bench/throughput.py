@@ -26,7 +26,9 @@ using the whole machine, all in frames/s (env steps x frameskip):
                      returns), measured back to back with the above
     pipeline_fps_ray, train_fps_ray  with --backend=ray: the same two with the actors on
                      a local Ray instance (ray_bytes_per_env_rollout: what one env's
-                     rollout costs through the object store), and their ratios to local
+                     rollout costs through the object store; in training,
+                     ray_bytes_per_weights and ray_weights_per_s: the parameters put
+                     into it, which each actor node fetches), and their ratios to local
 and the ratios pipeline_over_ceiling, train_over_ceiling and train_over_bound.
 Start-up (process spawn, imports) is excluded: rates are taken from the first
 rollout received, or after a warm-up.
@@ -241,8 +243,11 @@ def learner_fps(cfg: Config, info, steps: int, train: bool, wire: dict | None = 
                 usage["cpu_share"] = (sum(me.cpu_times()[:2]) - cpu0) / (
                     (t_end - wall0) * (os.cpu_count() or 1))
             if wire is not None:
+                weights = driver.actors.weights
                 wire.update(bytes=driver.actors.bytes_total,
-                            rollouts=driver.actors.rollouts_total)
+                            rollouts=driver.actors.rollouts_total, weight_puts=weights.puts,
+                            weight_bytes=weights.bytes_put,
+                            seconds=t_end - driver.report.first_rollout_at[0])
         finally:
             driver.close()
             run.close()
@@ -334,7 +339,11 @@ def main() -> None:
                                                   wire=wire)
             run["ray_bytes_per_env_rollout"] = wire["bytes"] / max(
                 1, wire["rollouts"] * cfg.envs_per_worker)
-            run["train_fps_ray"] = learner_fps(cfg_ray, info, args.steps, train=True)
+            trained: dict = {}
+            run["train_fps_ray"] = learner_fps(cfg_ray, info, args.steps, train=True,
+                                               wire=trained)
+            run["ray_bytes_per_weights"] = trained["weight_bytes"] / max(1, trained["weight_puts"])
+            run["ray_weights_per_s"] = trained["weight_puts"] / trained["seconds"]
         runs.append(run)
     result = {k: round(statistics.median(r[k] for r in runs), 1 if k.endswith("fps") else 3)
               for k in runs[0]}

@@ -19,7 +19,7 @@ def ray_instance():
     it running): one start-up of 3-8 s instead of one a run."""
     import ray
 
-    from workers.ray_pool import init_ray
+    from workers.ray_actor import init_ray
 
     started = init_ray("", 2, logging.getLogger(__name__))
     yield

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import uuid
 
@@ -67,7 +68,9 @@ def test_a_killed_ray_actor_is_replaced_sigint_stops_cleanly_and_runs_resume_acr
         results):
     # one Ray run for both lifecycle checks (a Ray instance takes ~10 s to start)
     shm_before = shm_entries()
+    # kept on the learner's node (one node here): a restart is placed there too
     proc = start_main("--env=CartPole-v1", "--backend=ray", "--worker_count=2",
+                      "--ray_actor_node=learner",
                       "--environment_max_steps=10000000", "--eval_interval=0",
                       f"--results_dir={results}", env=TOKEN)
     wait_for(lambda: learner_rows(results) >= 5, 120, "5 updates", proc)
@@ -81,6 +84,8 @@ def test_a_killed_ray_actor_is_replaced_sigint_stops_cleanly_and_runs_resume_acr
     out = stop_and_check(proc, [signal.SIGINT], results, shm_before, timeout=60)
     assert proc.returncode == 0, out[-3000:]
     assert "(1/3)" in run_log(results)
+    node = re.search(r"the actors stay on the learner's node (\w+) \(2 CPUs\)", run_log(results))
+    assert node and run_log(results).count(f"(node {node[1]})") == 2, run_log(results)[-2000:]
     assert not ray_actor_processes(), "a Ray actor outlived the run"
     d = run_dir(results)
     assert json.load(open(os.path.join(d, "summary.json")))["actor_restarts"] == 1

@@ -7,6 +7,9 @@ started from outside the repository with `--ray_address`:
 * that node removed mid-run with another joined: Ray starts the actors again there,
   the deaths are counted and the run trains on; SIGINT then stops it with status 0,
   no actor of it is left, and the cluster is still up;
+* `--ray_actor_node=learner`: the actors may only run on the learner's node, here
+  the head (a driver on a machine joins its head node first), which has no CPUs: the
+  run stops at once with status 1, naming the flag;
 * the last node with CPUs removed: no node can place the actors, each counts as a
   death after --ray_actor_timeout, and the run stops with status 1 and a checkpoint
   within a bound instead of waiting forever.
@@ -142,4 +145,21 @@ def test_with_no_node_left_to_place_the_actors_the_run_stops_with_status_1(clust
     assert "--max_actor_restarts=2: stopping the run" in out, out[-3000:]
     print(f"status 1 {took:.1f} s after the node left")
     assert load_checkpoint(run_dir(results))["counters"]["updates"] >= 3
+    assert cluster.remaining_processes_alive()
+
+
+def test_actors_kept_on_the_learners_node_without_cpus_stop_the_run_at_once(cluster, tmp_path):
+    if not [n for n in cluster.list_all_nodes() if n is not cluster.head_node]:
+        add_node(cluster)  # a node that could take them, were they free to go
+    results = str(tmp_path / "results")
+    proc = start(cluster, str(tmp_path), results, "--ray_actor_node=learner")
+    try:
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        stop(proc)
+    assert proc.returncode == 1, out[-3000:]
+    head = cluster.head_node.node_id[:12]
+    assert "--ray_actor_node=learner: this learner's Ray node" in out, out[-3000:]
+    assert f"node {head}) has 0 CPUs for its 2 actors" in out, out[-3000:]
+    assert not actors()
     assert cluster.remaining_processes_alive()

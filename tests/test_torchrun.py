@@ -157,3 +157,24 @@ def test_a_learner_count_other_than_the_world_size_exits_2_on_every_rank(tmp_pat
     for out in outs:  # torchrun exits 1 and reports its rank's status
         assert re.search(r"exitcode\s*: 2", out), out[-3000:]
     assert not os.path.exists(tmp_path / "node0" / "results")
+
+
+def test_ranks_size_their_auto_flags_for_their_node():
+    from option_flags import default_values
+    from training.config import make_config
+    from training.ranks.torchrun import Launch, settle
+
+    # rank 3 of 4, two per node: threads and actors sized for its node, Ray actors on it
+    values = default_values(env="CartPole-v1", backend="ray", ray_address="auto")
+    settled, explicit, errors = settle(values, set(), Launch(3, 4, 1, 2))
+    cores = os.cpu_count() or 1
+    assert not errors and settled["learner_count"] == 4
+    assert settled["learner_threads"] == max(1, cores // 2)
+    assert settled["worker_count"] == cores * 2
+    assert settled["ray_actor_node"] == "learner" and "ray_actor_node" in explicit
+    given, _, _ = settle({**values, "ray_actor_node": "any"}, {"ray_actor_node"},
+                         Launch(3, 4, 1, 2))
+    assert given["ray_actor_node"] == "any"
+    assert make_config(values)[0].ray_actor_node == "any"  # one learner: Ray places them
+    _, _, errors = settle({**values, "ray_address": ""}, set(), Launch(0, 2, 0, 1))
+    assert any(e.startswith("--backend: under torchrun") for e in errors), errors

@@ -232,6 +232,8 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
         v["worker_count"] = cores
     if v.get("learner_threads") is None:
         v["learner_threads"] = max(1, cores // max(1, v.get("learner_count") or 1))
+    if v.get("ray_actor_node") is None:  # torchrun's ranks set "learner" (ranks/torchrun.py)
+        v["ray_actor_node"] = "any"
 
     not_finite = [f"--{f.name}: must be a finite number, got {v[f.name]}"
                   for f in dataclasses.fields(Config)

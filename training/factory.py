@@ -180,7 +180,7 @@ def build_driver(cfg: Config, plan: RunPlan, run: RunDir, checkpoint: dict | Non
     info = plan.info
     slots = SlotPool(plan.spec, num_slots=plan.num_slots)
     if cfg.backend == "ray":
-        from workers.ray_pool import RayWeights
+        from workers.ray_actor import RayWeights
 
         def weights_for(model):
             return RayWeights(model, every=cfg.ray_weights_every)
@@ -316,7 +316,7 @@ def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weight
                             cfg.max_actor_restarts, resumes=resumes, address=cfg.ray_address,
                             max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
                             in_flight=cfg.ray_in_flight,
-                            actor_timeout=cfg.ray_actor_timeout)
+                            actor_timeout=cfg.ray_actor_timeout, node=cfg.ray_actor_node)
     if cfg.serial:
         return SerialActorPool(actor_cfg, count, slots, weights, run.log, resumes=resumes)
     return ActorPool(worker_context(env_modules(cfg.env)), actor_cfg, count, slots, weights,

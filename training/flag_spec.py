@@ -249,6 +249,11 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
                "while Ray restarts it, or its node gone with no other to place it) before it "
                "counts as a death toward --max_actor_restarts; bounds how long a run waits.",
                read_when=RAY),
+        _enum("ray_actor_node", None, ("any", "learner"),
+              "--backend=ray: where the Ray actors run: 'any' node of the cluster Ray picks, or "
+              "the 'learner' rank's own node (Ray's node affinity: rollouts never cross the "
+              "network; the node needs a CPU per actor); auto: learner under torchrun, any "
+              "else.", read_when=RAY),
         _int("ray_weights_every", 1,
              "--backend=ray: put the weights into Ray's object store every this many learner "
              "updates.", read_when=RAY),

@@ -215,7 +215,7 @@ def _take_slots(grants, held: list[int], n: int, stop) -> list[int] | None:
 
 class Roller:
     """An actor's batched env and policy, one rollout at a time: what an actor process
-    (here) and a Ray actor (workers/ray_pool.py) both run.
+    (here) and a Ray actor (workers/ray_actor.py) both run.
 
     `rollout(write)` refreshes the weights and calls `write(t, row)` for t = 0..T, each
     `row` a dict field -> tensor [E, ...] in the format of workers/slots.py (row 0 is

@@ -1,5 +1,5 @@
 """Stacked frames sent once: the wire format of rollouts that leave the machine
-(workers/ray_pool.py).
+(workers/ray_actor.py packs them, workers/ray_pool.py unpacks them).
 
 A rollout's obs `[T+1, E, C, *F]` (C stacked frames of shape F per step, usually
 uint8 4x84x84) mostly repeats itself: row t's stack is row t-1's shifted by one

@@ -1,5 +1,6 @@
 """Actors on a Ray cluster (`--backend=ray`): the same envs and policy code as the
-actor processes (`workers.actor.Roller`), feeding the same learner.
+actor processes (`workers.actor.Roller`, in a `workers.ray_actor.RayRoller` on a
+node), feeding the same learner.
 
 `RayActorPool` has `workers.pool.ActorPool`'s interface, so the learner, the
 replays and the batch mixer do not know which backend runs: `poll()` copies each
@@ -27,6 +28,9 @@ indices as a `FinishedRollout`.
   returns nothing for `actor_timeout` s (unavailable, or its node gone and no node
   can place it) counts as a death too, so a run never starves silently: past
   `max_restarts` it stops with status 1.
+* Placement: Ray places the actors on any node with a free CPU, or with
+  `node="learner"` (`--ray_actor_node`) on the node this learner joined the cluster
+  on (hard node affinity), so that a learner rank's rollouts stay on its machine.
 * `close()` kills the actors and shuts down a Ray instance the pool started.
 """
 
@@ -40,139 +44,14 @@ import warnings
 import numpy as np
 import torch
 
-from workers.actor import ActorConfig, Roller
-from workers.actor_pool import (
-    SEED_SPACE,
-    ActorFailure,
-    ActorPoolBase,
-    FinishedRollout,
-    actor_seed,
-)
-from workers.codec import pack_frames, unpack_frames
+from workers.actor import ActorConfig
+from workers.actor_pool import ActorFailure, ActorPoolBase, FinishedRollout, actor_seed
+from workers.codec import unpack_frames
+from workers.ray_actor import RayRoller, RayWeights, init_ray
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # the least time the actors have to start (a node unpacks the working directory and
 # imports torch; on a busy 2-core machine, more than 5 s)
 START_S = 60.0
-
-
-class HeldWeights:
-    """What a Ray actor's policy pulls from (`workers.weights.SharedWeights`'s `pull`):
-    the newest (version, state dict) it was sent."""
-
-    def __init__(self):
-        self.version = -1
-        self.state: dict | None = None
-
-    def pull(self, model: torch.nn.Module, have: int) -> int:
-        if self.state is None or self.version <= have:
-            return have
-        model.load_state_dict(self.state)
-        return self.version
-
-
-class RayRoller:
-    """The body of a Ray actor: a `Roller` and a buffer `[T+1, E, ...]` per field."""
-
-    def __init__(self, cfg: ActorConfig, spec: dict, pixel_stack: int | None):
-        import ray
-
-        torch.set_num_threads(1)
-        with warnings.catch_warnings():  # Ray 2.60's property reads its own deprecated one
-            warnings.simplefilter("ignore", DeprecationWarning)
-            restarted = ray.get_runtime_context().was_current_actor_reconstructed
-        if restarted:  # new streams
-            seed = (cfg.seed + 1_000_003 * (1 + os.getpid() % 997)) % SEED_SPACE
-            cfg = dataclasses.replace(cfg, seed=seed)
-        self.cfg = cfg
-        self.pixel_stack = pixel_stack
-        self.weights = HeldWeights()
-        self.roller = Roller(cfg, self.weights)
-        e = cfg.envs_per_worker
-        self.buffers = {name: torch.zeros((shape[0], e, *shape[1:]), dtype=dtype)
-                        for name, (shape, dtype) in spec.items()}
-
-    def where(self) -> str:
-        import ray
-
-        return f"{os.uname().nodename} (node {ray.get_runtime_context().get_node_id()[:12]})"
-
-    def rollout(self, version: int, weights: list) -> dict:
-        """One rollout with the weights of `version` (`weights`: [an ObjectRef of the
-        state dict], in a list so that Ray passes the reference, fetched only when
-        newer than what is held)."""
-        if version > self.weights.version:
-            import ray
-
-            self.weights.state = ray.get(weights[0])
-            self.weights.version = version
-
-        def write(t, row):
-            for name, value in row.items():
-                self.buffers[name][t].copy_(value)
-
-        episodes = self.roller.rollout(write)
-        out = {name: b.numpy() for name, b in self.buffers.items() if name != "obs"}
-        obs = self.buffers["obs"].numpy()
-        if self.pixel_stack:
-            out["frames"], out["ends"] = pack_frames(obs)
-        else:
-            out["obs"] = obs
-        return {"fields": out, "episodes": episodes, "seconds": self.roller.take_seconds(),
-                "pid": os.getpid()}
-
-    def close(self) -> None:
-        """Close its envs before it is killed (a ViZDoom game killed unclosed leaves its
-        entries in /dev/shm)."""
-        self.roller.close()
-
-
-class RayWeights:
-    """The learner's side of the weights: `publish` is cheap; `ref()` puts the CPU
-    parameters into the object store once per `every` versions."""
-
-    def __init__(self, model: torch.nn.Module, every: int = 1):
-        self.model = model
-        self.every = every
-        self.version = -1
-        self._put: tuple[int, object] | None = None
-
-    def publish(self, model: torch.nn.Module, version: int) -> None:
-        self.model, self.version = model, version
-
-    def ref(self) -> tuple[int, object]:
-        """(version, ObjectRef) of the newest parameters put, putting them if they are
-        `every` versions behind (or none were put)."""
-        import ray
-
-        if self._put is None or self.version - self._put[0] >= self.every:
-            state = {k: v.detach().to("cpu", copy=True) for k, v in
-                     self.model.state_dict().items()}
-            self._put = (self.version, ray.put(state))
-        return self._put
-
-
-def init_ray(address: str, num_cpus: int, log) -> bool:
-    """Connect to Ray: `address` "" starts a local instance (returns True: the caller
-    shuts it down), "auto" or host:port joins a cluster and ships this directory
-    to its nodes (their Python packages must be installed, see the README)."""
-    import ray
-
-    if ray.is_initialized():  # by this process already (data-parallel rank 0 starts it)
-        return False
-    # log_to_driver: what an actor prints on its node (a crash's last words) reaches
-    # this console, prefixed with its pid and node's IP
-    common = {"include_dashboard": False, "log_to_driver": True, "logging_level": "WARNING"}
-    if address:
-        ray.init(address=address, runtime_env={
-            "working_dir": ROOT, "excludes": [".venv", ".git", "results", "bench/curves",
-                                              "*.pt", "*.whl"]}, **common)
-        log.info(f"ray: joined the cluster at {address}: {ray.cluster_resources()}")
-        return False
-    ray.init(num_cpus=num_cpus, object_store_memory=512 * 2**20,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}}, **common)
-    log.info(f"ray: started a local instance with {num_cpus} CPUs")
-    return True
 
 
 class RayActorPool(ActorPoolBase):
@@ -182,10 +61,11 @@ class RayActorPool(ActorPoolBase):
     def __init__(self, cfg: ActorConfig, worker_count: int, slots, spec: dict,
                  weights: RayWeights, log, max_restarts: int = 3, resumes: int = 0,
                  address: str = "", max_policy_lag: int = 0, pixel_stack: int | None = None,
-                 in_flight: int = 1, actor_timeout: float = 120.0):
+                 in_flight: int = 1, actor_timeout: float = 120.0, node: str = "any"):
         """`spec`: the slots' field -> (shape [T+1, ...], dtype) (`training.plan.RunPlan`);
         `pixel_stack`: C where obs are stacked frames (sent once each), else None;
-        `actor_timeout`: seconds an actor may return nothing before it counts as lost."""
+        `actor_timeout`: seconds an actor may return nothing before it counts as lost;
+        `node`: "any" (Ray places the actors) or "learner" (on this process's node)."""
         super().__init__(log)
         self.cfg = cfg
         self.spec = spec
@@ -199,12 +79,14 @@ class RayActorPool(ActorPoolBase):
         self.pixel_stack = pixel_stack
         self.in_flight_per_actor = in_flight
         self.actor_timeout = actor_timeout
+        self.node = node
         self.unavailable_retries = 0  # requests sent again while Ray restarted an actor
         self.stale_dropped = 0  # rollouts over max_policy_lag
         self.bytes_received = 0  # since the last `stats()`
         self.bytes_total = 0  # rollout bytes taken from the object store, and rollouts
         self.rollouts_total = 0
         self._stats_at = time.time()
+        self._weights_put = 0  # weights.bytes_put at the last `stats()`
         self.actors: list = []
         self.in_flight: dict = {}  # ObjectRef -> actor index
         self._retry: list[tuple[float, int]] = []  # (when, actor index) to send again
@@ -222,6 +104,8 @@ class RayActorPool(ActorPoolBase):
         # Ray restarts a lost actor without limit; the run counts the deaths (a new pid
         # in its results) against --max_actor_restarts, as with processes
         remote = ray.remote(num_cpus=1, max_restarts=-1, max_task_retries=0)(RayRoller)
+        if self.node == "learner":  # a restart too stays there
+            remote = remote.options(scheduling_strategy=self._learner_node())
         self.actors = []
         for i in range(self.worker_count):
             cfg = dataclasses.replace(self.cfg,
@@ -238,6 +122,26 @@ class RayActorPool(ActorPoolBase):
         for i, where in enumerate(placed):
             self.log.info(f"ray actor {i}: {self.cfg.envs_per_worker} envs on {where}")
         self._heard = [time.monotonic()] * self.worker_count
+
+    def _learner_node(self):
+        """Ray's hard node affinity to the node this learner joined the cluster on,
+        once it is known to have a CPU for each actor (else ActorFailure: Ray would
+        wait for CPUs that never come)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node = ray.get_runtime_context().get_node_id()
+        cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes()
+                     if n["NodeID"] == node and n["Alive"]), 0.0)
+        if cpus < self.worker_count:
+            raise ActorFailure(
+                f"--ray_actor_node=learner: this learner's Ray node ({os.uname().nodename}, "
+                f"node {node[:12]}) has {cpus:g} CPUs for its {self.worker_count} actors; "
+                f"start its raylet with --num-cpus={self.worker_count} or more, lower "
+                "--worker_count, or pass --ray_actor_node=any")
+        self.log.info(f"ray: the actors stay on the learner's node {node[:12]} "
+                      f"({cpus:g} CPUs)")
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
 
     # --- feeding -----------------------------------------------------------------------
     def _send(self, i: int) -> None:
@@ -377,11 +281,14 @@ class RayActorPool(ActorPoolBase):
     # actors are not our processes, so they have no pids here) ------------------------
     def stats(self) -> dict[str, float]:
         """`pipeline/` scalars since the previous call: rollout bytes per second taken
-        from the object store, and the rollouts dropped for their policy lag so far."""
+        from the object store and parameter bytes per second put into it (what each
+        actor node fetches), and the rollouts dropped for their policy lag so far."""
         now = time.time()
-        rate = self.bytes_received / max(now - self._stats_at, 1e-9)
-        self.bytes_received, self._stats_at = 0, now
-        return {"pipeline/ray_bytes_per_s": rate,
+        seconds = max(now - self._stats_at, 1e-9)
+        rate = self.bytes_received / seconds
+        weights = (self.weights.bytes_put - self._weights_put) / seconds
+        self.bytes_received, self._weights_put, self._stats_at = 0, self.weights.bytes_put, now
+        return {"pipeline/ray_bytes_per_s": rate, "pipeline/ray_weights_bytes_per_s": weights,
                 "pipeline/ray_stale_dropped": float(self.stale_dropped),
                 "pipeline/ray_unavailable_retries": float(self.unavailable_retries)}
 

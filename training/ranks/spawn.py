@@ -30,7 +30,7 @@ class Ranks:
         if cfg.backend == "ray" and not cfg.ray_address:  # one local Ray for every rank
             import ray
 
-            from workers.ray_pool import init_ray
+            from workers.ray_actor import init_ray
 
             self.started_ray = init_ray("", cfg.worker_count, log)
             rank_cfg = dataclasses.replace(

@@ -20,7 +20,8 @@ the ranks all join a gloo process group first, before anything else. Then:
   its device from LOCAL_RANK (cuda:LOCAL_RANK when --device is CUDA, NCCL between
   the GPUs). Auto values are sized for the node: `--learner_threads` this node's
   cores over its ranks, `--worker_count` the nodes' cores (this one's times the
-  number of nodes); the memory check counts this node's ranks.
+  number of nodes); the memory check counts this node's ranks. With `--backend=ray`
+  each rank's Ray actors run on its own node (`--ray_actor_node=learner`).
 """
 
 from __future__ import annotations
@@ -58,8 +59,9 @@ def launched() -> Launch | None:
 
 
 def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[str], list[str]]:
-    """The flags as torchrun's ranks take them: --learner_count is the world size, and
-    the auto threads and actors are sized for the nodes; with what is wrong."""
+    """The flags as torchrun's ranks take them: --learner_count is the world size, the
+    auto threads and actors are sized for the nodes, and Ray actors stay on their
+    rank's node; with what is wrong."""
     errors = []
     if "learner_count" in explicit and values["learner_count"] != launch.size:
         errors.append(f"--learner_count: torchrun started {launch.size} learners (WORLD_SIZE); "
@@ -76,6 +78,8 @@ def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[
         settled["learner_threads"] = max(1, cores // launch.local_size)
     if values.get("worker_count") is None:
         settled["worker_count"] = cores * launch.size // launch.local_size
+    if values.get("ray_actor_node") is None:  # each node's actors beside its learner
+        settled["ray_actor_node"] = "learner"
     return {**values, **settled}, explicit | set(settled), errors
 
 
