@@ -198,6 +198,21 @@ def throughput_section(records: dict[str, list[dict]]) -> list[str]:
     return out + [""]
 
 
+def _trained_agent(row: Row, seeds: set[int]) -> list[str]:
+    """The lines that show a row's recorded agent playing, where a GIF of it is kept
+    (docs/curves/<row>_seed<S>.gif, recorded from the checkpoint of seed S, one of the
+    row's record `seeds`)."""
+    out = []
+    for name in sorted(os.listdir(CURVES)):
+        seed = name.removeprefix(f"{row.name}_seed").removesuffix(".gif")
+        if name == f"{row.name}_seed{seed}.gif" and seed.isdigit() and int(seed) in seeds:
+            out += [f"Seed {seed}'s trained agent, its first games in test mode (`python "
+                    "main.py --op_mode=test --load_model_url=<its checkpoint.pt> --render "
+                    "--video_format=gif --worker_count=1`):", "",
+                    f"![{row.name}, seed {seed}](curves/{name})", ""]
+    return out
+
+
 def render_results(records: dict[str, list[dict]]) -> str:
     """docs/results.md's text."""
     out = [INTRO]
@@ -218,6 +233,7 @@ def render_results(records: dict[str, list[dict]]) -> str:
                 out.append(f"Records: `bench/results/{row.name}/` (seeds {seeds}; commit "
                            f"{_commits(recs)}; torch {recs[0]['torch']}).")
                 out += ["", f"![{row.name}](curves/{row.name}.png)", ""]
+                out += _trained_agent(row, {r["seed"] for r in recs})
     out += throughput_section(records)
     return "\n".join(out).rstrip() + "\n"
 

@@ -20,6 +20,7 @@ from wrappers.envs import (
     env_info,
     env_modules,
     make_batched_env,
+    playback_fps,
     vector_encoder,
 )
 from wrappers.short_corridor import ShortCorridorEnv
@@ -97,6 +98,14 @@ def test_env_info_comes_from_the_env():
     assert breakout.num_actions == 3 and breakout.frames_per_step == 1
     # MinAtar channels are object kinds, not a frame stack the replays could share
     assert (breakout.kind, breakout.frame_stack) == ("minatar", 0)
+
+
+def test_recordings_play_in_the_games_real_time():
+    # one picture per env step: Atari's 60 frames/s over 4 skipped, ViZDoom's 35 over 4
+    assert playback_fps("PongNoFrameskip-v4", 4) == 15
+    assert playback_fps("PongNoFrameskip-v4", 1) == 60
+    assert playback_fps("VizdoomBasic-v1", 4) == 9
+    assert playback_fps("CartPole-v1", 1) == 30
 
 
 def test_minatar_observations_are_the_game_state_channel_first():

@@ -25,7 +25,7 @@ from training.checkpoint import acting_weights
 from training.config import SAVED_BEFORE, Config, env_options
 from training.run_dir import RunDir
 from workers.evaluator import play
-from wrappers.envs import make_batched_env
+from wrappers.envs import make_batched_env, playback_fps
 from wrappers.video import VideoSink, has_display
 
 
@@ -93,7 +93,7 @@ def _render_games(cfg: Config, ckpt: dict, run: RunDir, greedy: bool, games: int
     model = acting_model(ckpt)
     path = None if has_display() else run.file(f"test_video.{cfg.video_format}")
     scale = 4 if len(info["obs_shape"]) == 3 else 1
-    video = VideoSink(path, scale=scale)
+    video = VideoSink(path, fps=playback_fps(cfg.env, info["frames_per_step"]), scale=scale)
     env = make_batched_env(cfg.env, 1, env_options(trained, training=False), cfg.seed,
                            render=True)
     try:

@@ -85,6 +85,9 @@ class EnvFamily:
     emulator_frames: bool = False
     # an action is repeated for --skipped_frames frames (Atari, ViZDoom): frames_per_step
     skips_frames: bool = False
+    # the game's own frames per second: a recording plays one picture per env step at
+    # frame_rate / frames_per_step per second, in real time (`playback_fps`)
+    frame_rate: int = 30
     ppo_constant_lr: bool = False  # ppo agents keep --lr (auto --lr_end_value = --lr)
     # modules its envs import when made, besides this file's (`env_modules`)
     imports: tuple[str, ...] = ()
@@ -213,6 +216,7 @@ VECTOR = dict(batch_size=16, r_f_steps=20, optimizer="adam", lr=2e-3, hidden_siz
 FAMILIES = (
     EnvFamily(
         "atari", looks_atari, _check_atari, _make_atari, emulator_frames=True, skips_frames=True,
+        frame_rate=60,
         # ppo learns Pong several times faster per frame than impala did (README:
         # Learning); Sample Factory's Atari defaults for it: rollouts of 128 steps, 8
         # per batch (4 minibatches of 256), a constant learning rate; 3 epochs, not 4:
@@ -246,7 +250,7 @@ FAMILIES = (
         # whose one small step a batch left Basic's policy uniform for 480k frames
         # (design notes: ViZDoom's settings on a CPU)
         "vizdoom", is_vizdoom, _check_vizdoom, VizdoomBatchedEnv, agent="ppo",
-        skips_frames=True, ppo_constant_lr=True, imports=("vizdoom",),
+        skips_frames=True, frame_rate=35, ppo_constant_lr=True, imports=("vizdoom",),
         defaults=dict(use_lstm=True, lstm_size=512, batch_size=16, r_f_steps=32,
                       optimizer="adam", lr=2.5e-4, hidden_size=512, envs_per_worker=8,
                       clip_rewards=False, ppo_clip=0.1, normalize_input=True,
@@ -346,6 +350,12 @@ def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int,
     its family. With `render`, `env.frame(obs, i)` gives a picture of env i."""
     family = family_of(env_id)
     return family.make(_import_prefix(env_id), num_envs, options, seed, render)
+
+
+def playback_fps(env_id: str, frames_per_step: int) -> int:
+    """Pictures per second that show a game in real time, one per env step (Pong: 15,
+    ViZDoom: 9, CartPole: 30)."""
+    return max(1, round(family_of(env_id).frame_rate / frames_per_step))
 
 
 def env_info(env_id: str, options: EnvOptions) -> EnvInfo:
