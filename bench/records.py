@@ -11,7 +11,9 @@ command, the date) and what it measured: the training curve (the mean return of 
 last `window` episodes at each finished episode) downsampled to at most `CURVE_POINTS`
 points of (frames, env steps, wall seconds, mean), the evaluation curve (eval.csv),
 the frames, env steps and wall seconds to each threshold, the final and best means,
-and the run's frames/s. Counting: frames = env steps x frameskip (4 on Atari).
+the run's frames/s and updates, and learner.csv's policy lag and KL (between the
+acting and the learning policy on the batches) over training. Counting: frames =
+env steps x frameskip (4 on Atari).
 """
 
 from __future__ import annotations
@@ -99,6 +101,34 @@ def eval_curve(run_dir: str) -> dict | None:
             "episodes_each": int(rows[-1]["episodes"])}
 
 
+# learner.csv's columns a record keeps: what the policy lag and the gap between the
+# acting and the learning policy were over training (docs/run-directory.md)
+LEARNER_COLUMNS = ("policy_lag_mean", "kl")
+
+
+def learner_curve(run_dir: str) -> dict | None:
+    """learner.csv downsampled: updates, frames and `LEARNER_COLUMNS` (null where a
+    row has none); None without learner.csv."""
+    import csv
+
+    path = os.path.join(run_dir, "learner.csv")
+    if not os.path.exists(path):
+        return None
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        return None
+
+    def column(name: str) -> np.ndarray:
+        return np.array([float(r[name]) if r.get(name) not in (None, "") else np.nan
+                         for r in rows])
+
+    keep = downsample(len(rows))
+    return {"updates": [int(x) for x in column("updates")[keep]],
+            "frames": [int(x) for x in column("frames")[keep]],
+            **{name: _rounded(column(name)[keep], 5) for name in LEARNER_COLUMNS}}
+
+
 def measure(run_dir: str, thresholds, window: int) -> dict:
     """What a finished run measured (see the module docstring)."""
     cols = curve(os.path.join(run_dir, "episodes.csv"), window)
@@ -114,6 +144,8 @@ def measure(run_dir: str, thresholds, window: int) -> dict:
         "reached": {str(t): first_reached(cols, t) for t in thresholds},
         "curve": training_curve(cols),
         "eval": eval_curve(run_dir),
+        "updates": summary.get("updates"),
+        "learner": learner_curve(run_dir),
     }
 
 

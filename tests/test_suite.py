@@ -40,6 +40,11 @@ def test_a_run_of_a_row_writes_its_record(tmp_path, monkeypatch):
     hit = saved["reached"]["15.0"]
     assert hit is not None and hit["frames"] == hit["env_steps"] <= saved["env_steps"]
     assert len(saved["eval"]["mean"]) == 2  # at 2,000 and 4,000 env steps
+    learner = saved["learner"]  # learner.csv's lag and KL, a point per update here
+    assert saved["updates"] == learner["updates"][-1] > 0
+    assert learner["updates"] == sorted(learner["updates"]) and learner["updates"][0] == 1
+    assert len(learner["kl"]) == len(learner["policy_lag_mean"]) == len(learner["frames"])
+    assert all(k is not None and k >= 0 for k in learner["kl"])
 
 
 def test_a_run_stopped_before_its_budget_leaves_no_record(tmp_path, monkeypatch):
