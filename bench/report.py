@@ -273,8 +273,11 @@ def _readme_with(text: str, table: str) -> str:
 
 
 def write_pages(check: bool = False, records: dict | None = None) -> int:
-    """Write (or with `check`, compare) docs/results.md, the curves and the README's
-    table; 1 if `check` found a stale page."""
+    """Write (or with `check`, compare) docs/results.md, the curves, the README's
+    table and the elite claim's section of docs/replays.md (bench/elite_claim.py); 1
+    if `check` found a stale page."""
+    from bench import elite_claim
+
     records = load_records() if records is None else records
     results = render_results(records)
     with open(README, encoding="utf-8") as f:
@@ -282,9 +285,15 @@ def write_pages(check: bool = False, records: dict | None = None) -> int:
     new_readme = _readme_with(readme, render_headline(records))
     with open(RESULTS_MD, encoding="utf-8") as f:
         old_results = f.read()
+    with open(elite_claim.REPLAYS_MD, encoding="utf-8") as f:
+        replays = f.read()
+    new_replays = elite_claim.page_with(replays, elite_claim.render(
+        elite_claim.summarise(records)))
     if check:
         stale = [name for name, old, new in (("docs/results.md", old_results, results),
-                                             ("README.md", readme, new_readme)) if old != new]
+                                             ("README.md", readme, new_readme),
+                                             ("docs/replays.md", replays, new_replays))
+                 if old != new]
         missing = [f"docs/curves/{name}.png" for name in records
                    if name in ROWS and not os.path.exists(os.path.join(CURVES, f"{name}.png"))]
         for name in stale + missing:
@@ -293,8 +302,13 @@ def write_pages(check: bool = False, records: dict | None = None) -> int:
     for name, recs in records.items():
         if name in ROWS and recs:
             plot(ROWS[name], recs, os.path.join(CURVES, f"{name}.png"))
-    for path, text in ((RESULTS_MD, results), (README, new_readme)):
+    for game in elite_claim.ELITE_CLAIM:
+        if any(records.get(elite_claim.row_name(game, arm)) for arm in elite_claim.ELITE_ARMS):
+            elite_claim.plot(game, records, os.path.join(CURVES, f"elite_{game.lower()}.png"))
+    for path, text in ((RESULTS_MD, results), (README, new_readme),
+                       (elite_claim.REPLAYS_MD, new_replays)):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
-    print(f"wrote {RESULTS_MD}, {README} and the curves of {len(records)} rows")
+    print(f"wrote {RESULTS_MD}, {README}, {elite_claim.REPLAYS_MD} and the curves of "
+          f"{len(records)} rows")
     return 0

@@ -93,6 +93,23 @@ TD3_CURVES = "https://github.com/sfujim/TD3/tree/master/learning_curves"
 # the last 100 training episodes; rl-baselines3-zoo's one run's evaluation; gymnax's
 # one PPO checkpoint on its JAX port of MinAtar
 
+# The seed platform's claim (elite sampling beats uniform replay) at its own scale:
+# impala with its Atari defaults, 1M env steps, the seed's mix (queue 0.5 + a replay of
+# 1000 rollouts at 0.5) with uniform or elite sampling (ln_norm, strategy 3, lambda 6,
+# alpha annealing 2.0: replay/presets.py), and the queue alone
+ELITE_CLAIM = {"Breakout": ("BreakoutNoFrameskip-v4", (5.0, 10.0, 20.0), 10.0),
+               "Seaquest": ("SeaquestNoFrameskip-v4", (100.0, 200.0, 400.0), 200.0)}
+ELITE_ARMS = {"standard": "uniform replay", "elite3": "elite sampling", "queue": "no replay"}
+
+
+def _elite_claim_rows() -> list[Row]:
+    return [Row(f"{game.lower()}_impala_{arm}", f"Elite vs uniform replay: {game}",
+                f"impala, {what} (--replays={arm})", env, ("--agent=impala", f"--replays={arm}"),
+                4_000_000, _seeds(100, 3), thresholds, main, headline=False)
+            for game, (env, thresholds, main) in ELITE_CLAIM.items()
+            for arm, what in ELITE_ARMS.items()]
+
+
 # Fresh seeds (from 100): no earlier figure used them.
 ROWS: dict[str, Row] = {r.name: r for r in (
     Row("pong_ppo", "Pong", "ppo (the Atari defaults)", "PongNoFrameskip-v4", (),
@@ -164,6 +181,7 @@ ROWS: dict[str, Row] = {r.name: r for r in (
         (1000.0, 2000.0, 3387.0), 3387.0,
         Peer("Tianshou SAC (v3, 10 seeds)", "3,387 ± 1,182 at 300k env steps (evaluation; "
              "SimbaV2's SAC runs, v4: 2,470 ± 1,571)", TIANSHOU), headline=False),
+    *_elite_claim_rows(),
 )}
 
 

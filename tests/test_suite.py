@@ -101,3 +101,43 @@ def test_the_check_finds_a_stale_page(tmp_path, monkeypatch):
     assert report.write_pages(check=True) == 1
     with pytest.raises(ValueError, match="markers"):
         report._readme_with("no markers", "table")
+
+
+def _claim_run(seed: int, level: float, kl: float) -> dict:
+    """A run whose mean-100 climbs linearly to `level` over Breakout's 4M frames, with a
+    constant `kl` and policy lag 2."""
+    frames = list(range(0, 4_000_001, 400_000))
+    return {"seed": seed, "final_mean": level, "wall_s": 1000.0, "env_steps": 1_000_000,
+            "updates": 5000,
+            "curve": {"frames": frames, "mean": [None] + [level * f / 4e6 for f in frames[1:]]},
+            "learner": {"frames": frames, "updates": frames, "kl": [kl] * len(frames),
+                        "policy_lag_mean": [2.0] * len(frames)}}
+
+
+def test_the_elite_claim_summary_ranks_the_arms_and_tells_the_quarters(tmp_path):
+    from bench import elite_claim
+
+    recs = {"breakout_impala_standard": [_claim_run(s, 10.0 + s, 0.01) for s in (1, 2, 3)],
+            "breakout_impala_elite3": [_claim_run(s, 20.0 + s, 0.02) for s in (1, 2, 3)],
+            "breakout_impala_queue": [_claim_run(s, 5.0 + s, 0.03) for s in (1, 2)]}
+    summary = elite_claim.summarise(recs)
+    game = summary["games"]["Breakout"]
+    assert game["seeds"] == [1, 2] and set(summary["games"]) == {"Breakout"}
+    iqm = {arm: x["iqm"] for arm, x in game["iqm"].items()}
+    assert iqm["elite3"] > iqm["standard"] > iqm["queue"] >= 0.0 and iqm["elite3"] <= 1.0
+    assert game["p_elite_over_uniform"]["p"] == 1.0  # every elite run above every uniform
+    # the area of a line from 0 to 11 (its first mean stands for the start): about 11 / 2
+    assert game["arms"]["standard"]["auc"][0] == pytest.approx(5.5 + 0.2, abs=0.2)
+    first, last = game["arms"]["elite3"]["quarters"][0], game["arms"]["elite3"]["quarters"][-1]
+    assert first["kl"] == pytest.approx(0.02) and last["policy_lag_mean"] == 2.0
+    # the median seed's (22) from its first mean (at 400k) to the quarter's end
+    assert first["gain"] == pytest.approx(22.0 * (0.25 - 0.1))
+    assert last["gain"] == pytest.approx(22.0 / 4)
+    assert game["arms"]["standard"]["updates_per_s"] == 5.0
+    page = elite_claim.render(summary)
+    assert "| `elite3` | 3 |" in page and "P(elite3 > standard) on normalised auc: 1.00" in page
+    assert "All game-seeds" not in page  # one game only
+    elite_claim.plot("Breakout", recs, str(tmp_path / "b.png"))
+    assert (tmp_path / "b.png").stat().st_size > 1000
+    with pytest.raises(ValueError, match="markers"):
+        elite_claim.page_with("no markers", "section")

@@ -1,0 +1,241 @@
+"""The seed platform's claim, elite sampling against uniform replay, at its own scale:
+the records of the suite's elite-claim rows (bench/suite.py: impala on Breakout and
+Seaquest, 1M env steps, `--replays=standard`, `elite3` or `queue`), summarised.
+
+    python -m bench.elite_claim      # the summary as JSON
+    python -m bench.suite report     # also writes its section of docs/replays.md
+                                     # and a curve per game (docs/curves/elite_<game>.png)
+
+From each record (a run of one arm, game and seed):
+
+* `auc`: the mean of the mean-100 curve over the budget, on a grid of 200 frames
+  (the record's downsampled curve; before the first 100 games are in, the first
+  mean-100), min-max normalised per game over every run of the game;
+* `updates_per_s`, `env_steps_per_s`: the run's updates and env steps over its wall
+  time;
+* the policy lag and the KL between the acting and the learning policy on the
+  sampled batches (learner.csv, kept in the record), averaged per quarter of the
+  budget, with the mean-100's gain over that quarter.
+
+rliable (Agarwal et al., 2021) gives per game and over all game-seeds of an arm the
+interquartile mean of the normalised auc with a 95% stratified-bootstrap interval,
+and the probability that elite sampling's auc beats uniform replay's (a fixed
+bootstrap seed, so the page repeats).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from bench.records import load_records
+from bench.suite import ELITE_ARMS, ELITE_CLAIM, ROWS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPLAYS_MD = os.path.join(ROOT, "docs", "replays.md")
+BEGIN, END = "<!-- elite-claim:begin -->", "<!-- elite-claim:end -->"
+GRID = 200
+QUARTERS = 4
+
+
+def row_name(game: str, arm: str) -> str:
+    return f"{game.lower()}_impala_{arm}"
+
+
+def _series(x: list, y: list) -> tuple[np.ndarray, np.ndarray]:
+    """(x, y) as floats without the points whose y is null."""
+    y = np.array([np.nan if v is None else v for v in y], dtype=float)
+    x = np.array(x, dtype=float)
+    return x[~np.isnan(y)], y[~np.isnan(y)]
+
+
+def auc(record: dict, budget: int) -> float:
+    """The mean of the record's mean-100 over frames 0..budget (see the module
+    docstring); NaN without a mean."""
+    x, y = _series(record["curve"]["frames"], record["curve"]["mean"])
+    if not len(x):
+        return float("nan")
+    grid = np.linspace(0, budget, GRID)
+    return float(np.interp(grid, x, y, left=y[0], right=y[-1]).mean())
+
+
+def quarters(record: dict, budget: int) -> list[dict]:
+    """Per quarter of the budget: the mean policy lag and KL, and the mean-100's gain."""
+    learner = record.get("learner") or {}
+    mx, my = _series(record["curve"]["frames"], record["curve"]["mean"])
+    out = []
+    for q in range(QUARTERS):
+        lo, hi = budget * q / QUARTERS, budget * (q + 1) / QUARTERS
+        part = {}
+        for name in ("policy_lag_mean", "kl"):
+            x, y = _series(learner.get("frames", []), learner.get(name, []))
+            inside = y[(x > lo) & (x <= hi)]
+            part[name] = float(inside.mean()) if len(inside) else None
+        part["gain"] = float(np.interp(hi, mx, my) - np.interp(lo, mx, my)) if len(mx) else None
+        out.append(part)
+    return out
+
+
+def _iqm_intervals(scores: dict[str, np.ndarray]) -> dict[str, dict]:
+    """rliable's IQM and 95% CI of each arm's scores [seeds, games]."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    def iqm(x):
+        return np.array([metrics.aggregate_iqm(x)])
+
+    point, ci = rly.get_interval_estimates(scores, iqm, reps=2000,
+                                           random_state=np.random.RandomState(0))
+    return {a: {"iqm": round(float(point[a][0]), 3),
+                "ci95": [round(float(ci[a][0, 0]), 3), round(float(ci[a][1, 0]), 3)]}
+            for a in scores}
+
+
+def _improvement(x: np.ndarray, y: np.ndarray) -> dict:
+    """P(x > y) over runs, with its 95% CI (rliable)."""
+    from rliable import library as rly
+    from rliable import metrics
+
+    point, ci = rly.get_interval_estimates(
+        {"pair": (x, y)}, metrics.probability_of_improvement, reps=2000,
+        random_state=np.random.RandomState(0))
+    low, high = np.ravel(ci["pair"])
+    return {"p": round(float(point["pair"]), 3), "ci95": [round(float(low), 3),
+                                                          round(float(high), 3)]}
+
+
+def summarise(records: dict[str, list[dict]]) -> dict:
+    """The claim's figures from the records (see the module docstring); games and
+    arms without records are left out, seeds in every arm of a game enter rliable."""
+    out: dict = {"games": {}}
+    pooled: dict[str, list[np.ndarray]] = {}
+    for game in ELITE_CLAIM:
+        runs = {arm: records.get(row_name(game, arm), []) for arm in ELITE_ARMS}
+        runs = {arm: rs for arm, rs in runs.items() if rs}
+        if not runs:
+            continue
+        budget = ROWS[row_name(game, next(iter(runs)))].budget_frames
+        raw = {arm: {r["seed"]: auc(r, budget) for r in rs} for arm, rs in runs.items()}
+        every = [v for by_seed in raw.values() for v in by_seed.values()]
+        lo, hi = min(every), max(every)
+        seeds = sorted(set.intersection(*(set(s) for s in raw.values())))
+        norm = {arm: np.array([[(raw[arm][s] - lo) / max(hi - lo, 1e-12)] for s in seeds])
+                for arm in raw}
+        entry = {"seeds": seeds, "arms": {}}
+        for arm, rs in runs.items():
+            entry["arms"][arm] = {
+                "runs": len(rs), "auc": [round(raw[arm][r["seed"]], 3) for r in rs],
+                "final": [r["final_mean"] for r in rs],
+                "updates_per_s": float(np.median([(r.get("updates") or 0) / r["wall_s"]
+                                                  for r in rs])),
+                "env_steps_per_s": float(np.median([r["env_steps"] / r["wall_s"] for r in rs])),
+                "quarters": [{k: _median(q[k] for q in qs) for k in qs[0]}
+                             for qs in zip(*(quarters(r, budget) for r in rs), strict=True)]}
+        if seeds:
+            entry["iqm"] = _iqm_intervals(norm)
+            if {"elite3", "standard"} <= set(norm):
+                entry["p_elite_over_uniform"] = _improvement(norm["elite3"], norm["standard"])
+            for arm, scores in norm.items():
+                pooled.setdefault(arm, []).append(scores)
+        out["games"][game] = entry
+    if len(pooled.get("standard", [])) == len(out["games"]) > 1:  # every game: pool them
+        n = min(len(s) for parts in pooled.values() for s in parts)
+        flat = {arm: np.concatenate([s[:n] for s in parts])
+                for arm, parts in pooled.items() if len(parts) == len(out["games"])}
+        out["all"] = {"iqm": _iqm_intervals(flat)}
+        if {"elite3", "standard"} <= set(flat):
+            out["all"]["p_elite_over_uniform"] = _improvement(flat["elite3"], flat["standard"])
+    return out
+
+
+def _median(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(float(np.median(present)), 4) if present else None
+
+
+def _ci(x: dict) -> str:
+    return f"{x['iqm']:.2f} [{x['ci95'][0]:.2f}, {x['ci95'][1]:.2f}]"
+
+
+def _p(x: dict) -> str:
+    return f"{x['p']:.2f} [{x['ci95'][0]:.2f}, {x['ci95'][1]:.2f}]"
+
+
+def render(summary: dict) -> str:
+    """The generated section of docs/replays.md (between its markers)."""
+    if not summary["games"]:
+        return ("No run is recorded yet: `python -m bench.suite run breakout_impala_standard "
+                "--seeds=100` and the other rows of [Results](results.md).\n")
+    lines = []
+    for game, g in summary["games"].items():
+        lines += [f"**{game}** (seeds in every arm: {', '.join(map(str, g['seeds'])) or 'none'}"
+                  f"; [curves](curves/elite_{game.lower()}.png))", "",
+                  "| arm | runs | normalised auc, IQM [95% CI] | final mean-100 | updates/s | "
+                  "env steps/s | KL by quarter | policy lag by quarter | gain by quarter |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for arm, a in g["arms"].items():
+            iqm = _ci(g["iqm"][arm]) if arm in g.get("iqm", {}) else "—"
+            finals = ", ".join(f"{f:.1f}" for f in a["final"] if f is not None)
+            by_q = {k: " / ".join("—" if q[k] is None else f"{q[k]:.3g}" for q in a["quarters"])
+                    for k in ("kl", "policy_lag_mean", "gain")}
+            lines.append(f"| `{arm}` | {a['runs']} | {iqm} | {finals} | "
+                         f"{a['updates_per_s']:.2f} | {a['env_steps_per_s']:.0f} | "
+                         f"{by_q['kl']} | {by_q['policy_lag_mean']} | {by_q['gain']} |")
+        if "p_elite_over_uniform" in g:
+            lines += ["", f"P(elite3 > standard) on normalised auc: "
+                          f"{_p(g['p_elite_over_uniform'])}."]
+        lines.append("")
+    if "all" in summary:
+        a = summary["all"]
+        lines += ["**All game-seeds**: normalised auc IQM " + "; ".join(
+            f"`{arm}` {_ci(x)}" for arm, x in a["iqm"].items()) + "."]
+        if "p_elite_over_uniform" in a:
+            lines[-1] += f" P(elite3 > standard): {_p(a['p_elite_over_uniform'])}."
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(game: str, records: dict[str, list[dict]], path: str) -> None:
+    """Each seed thin, each arm's median thick, mean-100 against frames."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for (arm, what), colour in zip(ELITE_ARMS.items(), ("C0", "C3", "C7"), strict=True):
+        rs = records.get(row_name(game, arm), [])
+        if not rs:
+            continue
+        grid = np.linspace(0, ROWS[row_name(game, arm)].budget_frames, GRID)
+        curves = []
+        for r in rs:
+            x, y = _series(r["curve"]["frames"], r["curve"]["mean"])
+            ax.plot(x, y, color=colour, lw=0.6, alpha=0.5)
+            curves.append(np.interp(grid, x, y, left=np.nan, right=np.nan))
+        ax.plot(grid, np.nanmedian(np.array(curves), axis=0), color=colour, lw=2.2,
+                label=f"{arm}: {what} ({len(rs)} seeds)")
+    ax.set(xlabel="frames", ylabel="mean return of the last 100 games", title=game)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def page_with(text: str, section: str) -> str:
+    """docs/replays.md's `text` with `section` between the markers."""
+    if BEGIN not in text or END not in text:
+        raise ValueError(f"docs/replays.md lacks the markers {BEGIN} and {END}")
+    head, rest = text.split(BEGIN, 1)
+    return f"{head}{BEGIN}\n{section}{END}{rest.split(END, 1)[1]}"
+
+
+def main() -> int:
+    print(json.dumps(summarise(load_records()), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
