@@ -10,17 +10,21 @@ From each record (a run of one arm, game and seed):
 
 * `auc`: the mean of the mean-100 curve over the budget, on a grid of 200 frames
   (the record's downsampled curve; before the first 100 games are in, the first
-  mean-100), min-max normalised per game over every run of the game;
+  mean-100), human-normalised: (auc - random) / (human - random), with the random and
+  human scores of the DQN paper (Mnih et al., 2015), as rliable's Atari figures are;
+  a run without a mean-100 is left out;
 * `updates_per_s`, `env_steps_per_s`: the run's updates and env steps over its wall
   time;
 * the policy lag and the KL between the acting and the learning policy on the
   sampled batches (learner.csv, kept in the record), averaged per quarter of the
   budget, with the mean-100's gain over that quarter.
 
-rliable (Agarwal et al., 2021) gives per game and over all game-seeds of an arm the
-interquartile mean of the normalised auc with a 95% stratified-bootstrap interval,
-and the probability that elite sampling's auc beats uniform replay's (a fixed
-bootstrap seed, so the page repeats).
+rliable (Agarwal et al., 2021) gives per game and over all game-seeds of an arm (the
+seeds every arm of every game has: scores [seeds, games]) the interquartile mean of
+the normalised auc with a 95% stratified-bootstrap interval, and the probability that
+elite sampling's auc beats uniform replay's, averaged over the games (a fixed
+bootstrap seed, so the page repeats). With 3 seeds an interval is wide, and P = 1.00
+[1.00, 1.00] means only that every elite run beat every uniform one.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPLAYS_MD = os.path.join(ROOT, "docs", "replays.md")
 BEGIN, END = "<!-- elite-claim:begin -->", "<!-- elite-claim:end -->"
 GRID = 200
+# (random, human) scores: the DQN paper's (Mnih et al., 2015, Extended Data Table 2)
+HUMAN = {"Breakout": (1.7, 30.5), "Seaquest": (68.4, 42054.7)}
 QUARTERS = 4
 
 
@@ -78,37 +84,39 @@ def quarters(record: dict, budget: int) -> list[dict]:
     return out
 
 
-def _iqm_intervals(scores: dict[str, np.ndarray]) -> dict[str, dict]:
-    """rliable's IQM and 95% CI of each arm's scores [seeds, games]."""
+def _iqm_intervals(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict]:
+    """rliable's IQM and 95% CI (`reps` bootstrap samples) of each arm's scores
+    [seeds, games]."""
     from rliable import library as rly
     from rliable import metrics
 
     def iqm(x):
         return np.array([metrics.aggregate_iqm(x)])
 
-    point, ci = rly.get_interval_estimates(scores, iqm, reps=2000,
+    point, ci = rly.get_interval_estimates(scores, iqm, reps=reps,
                                            random_state=np.random.RandomState(0))
     return {a: {"iqm": round(float(point[a][0]), 3),
                 "ci95": [round(float(ci[a][0, 0]), 3), round(float(ci[a][1, 0]), 3)]}
             for a in scores}
 
 
-def _improvement(x: np.ndarray, y: np.ndarray) -> dict:
-    """P(x > y) over runs, with its 95% CI (rliable)."""
+def _improvement(x: np.ndarray, y: np.ndarray, reps: int) -> dict:
+    """P(x > y) averaged over the games (the columns), with its 95% CI (rliable)."""
     from rliable import library as rly
     from rliable import metrics
 
     point, ci = rly.get_interval_estimates(
-        {"pair": (x, y)}, metrics.probability_of_improvement, reps=2000,
+        {"pair": (x, y)}, metrics.probability_of_improvement, reps=reps,
         random_state=np.random.RandomState(0))
     low, high = np.ravel(ci["pair"])
     return {"p": round(float(point["pair"]), 3), "ci95": [round(float(low), 3),
                                                           round(float(high), 3)]}
 
 
-def summarise(records: dict[str, list[dict]]) -> dict:
+def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
     """The claim's figures from the records (see the module docstring); games and
-    arms without records are left out, seeds in every arm of a game enter rliable."""
+    arms without records are left out, seeds in every arm of a game enter rliable
+    (`reps` bootstrap samples)."""
     out: dict = {"games": {}}
     pooled: dict[str, list[np.ndarray]] = {}
     for game in ELITE_CLAIM:
@@ -118,35 +126,39 @@ def summarise(records: dict[str, list[dict]]) -> dict:
             continue
         budget = ROWS[row_name(game, next(iter(runs)))].budget_frames
         raw = {arm: {r["seed"]: auc(r, budget) for r in rs} for arm, rs in runs.items()}
-        every = [v for by_seed in raw.values() for v in by_seed.values()]
-        lo, hi = min(every), max(every)
+        raw = {arm: {s: v for s, v in by_seed.items() if not np.isnan(v)}
+               for arm, by_seed in raw.items()}
+        random, human = HUMAN[game]
         seeds = sorted(set.intersection(*(set(s) for s in raw.values())))
-        norm = {arm: np.array([[(raw[arm][s] - lo) / max(hi - lo, 1e-12)] for s in seeds])
-                for arm in raw}
+        norm = {arm: np.array([[(raw[arm][s] - random) / (human - random)] for s in seeds])
+                for arm in raw}  # [seeds, 1]
         entry = {"seeds": seeds, "arms": {}}
         for arm, rs in runs.items():
             entry["arms"][arm] = {
-                "runs": len(rs), "auc": [round(raw[arm][r["seed"]], 3) for r in rs],
+                "runs": len(rs), "auc": [round(raw[arm][r["seed"]], 3) for r in rs
+                                         if r["seed"] in raw[arm]],
                 "final": [r["final_mean"] for r in rs],
-                "updates_per_s": float(np.median([(r.get("updates") or 0) / r["wall_s"]
-                                                  for r in rs])),
+                "updates_per_s": _median(r["updates"] / r["wall_s"] for r in rs
+                                         if r.get("updates")),
                 "env_steps_per_s": float(np.median([r["env_steps"] / r["wall_s"] for r in rs])),
                 "quarters": [{k: _median(q[k] for q in qs) for k in qs[0]}
                              for qs in zip(*(quarters(r, budget) for r in rs), strict=True)]}
         if seeds:
-            entry["iqm"] = _iqm_intervals(norm)
+            entry["iqm"] = _iqm_intervals(norm, reps)
             if {"elite3", "standard"} <= set(norm):
-                entry["p_elite_over_uniform"] = _improvement(norm["elite3"], norm["standard"])
+                entry["p_elite_over_uniform"] = _improvement(norm["elite3"], norm["standard"],
+                                                             reps)
             for arm, scores in norm.items():
                 pooled.setdefault(arm, []).append(scores)
         out["games"][game] = entry
     if len(pooled.get("standard", [])) == len(out["games"]) > 1:  # every game: pool them
         n = min(len(s) for parts in pooled.values() for s in parts)
-        flat = {arm: np.concatenate([s[:n] for s in parts])
+        flat = {arm: np.concatenate([s[:n] for s in parts], axis=1)  # [seeds, games]
                 for arm, parts in pooled.items() if len(parts) == len(out["games"])}
-        out["all"] = {"iqm": _iqm_intervals(flat)}
+        out["all"] = {"iqm": _iqm_intervals(flat, reps)}
         if {"elite3", "standard"} <= set(flat):
-            out["all"]["p_elite_over_uniform"] = _improvement(flat["elite3"], flat["standard"])
+            out["all"]["p_elite_over_uniform"] = _improvement(flat["elite3"],
+                                                              flat["standard"], reps)
     return out
 
 
@@ -172,24 +184,26 @@ def render(summary: dict) -> str:
     for game, g in summary["games"].items():
         lines += [f"**{game}** (seeds in every arm: {', '.join(map(str, g['seeds'])) or 'none'}"
                   f"; [curves](curves/elite_{game.lower()}.png))", "",
-                  "| arm | runs | normalised auc, IQM [95% CI] | final mean-100 | updates/s | "
-                  "env steps/s | KL by quarter | policy lag by quarter | gain by quarter |",
+                  "| arm | runs | human-normalised auc, IQM [95% CI] | final mean-100 | "
+                  "updates/s | env steps/s | KL by quarter | policy lag by quarter | "
+                  "gain by quarter |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for arm, a in g["arms"].items():
             iqm = _ci(g["iqm"][arm]) if arm in g.get("iqm", {}) else "—"
             finals = ", ".join(f"{f:.1f}" for f in a["final"] if f is not None)
             by_q = {k: " / ".join("—" if q[k] is None else f"{q[k]:.3g}" for q in a["quarters"])
                     for k in ("kl", "policy_lag_mean", "gain")}
-            lines.append(f"| `{arm}` | {a['runs']} | {iqm} | {finals} | "
-                         f"{a['updates_per_s']:.2f} | {a['env_steps_per_s']:.0f} | "
+            ups = "—" if a["updates_per_s"] is None else f"{a['updates_per_s']:.2f}"
+            lines.append(f"| `{arm}` | {a['runs']} | {iqm} | {finals} | {ups} | "
+                         f"{a['env_steps_per_s']:.0f} | "
                          f"{by_q['kl']} | {by_q['policy_lag_mean']} | {by_q['gain']} |")
         if "p_elite_over_uniform" in g:
-            lines += ["", f"P(elite3 > standard) on normalised auc: "
+            lines += ["", f"P(elite3 > standard) on the auc: "
                           f"{_p(g['p_elite_over_uniform'])}."]
         lines.append("")
     if "all" in summary:
         a = summary["all"]
-        lines += ["**All game-seeds**: normalised auc IQM " + "; ".join(
+        lines += ["**All game-seeds**: human-normalised auc IQM " + "; ".join(
             f"`{arm}` {_ci(x)}" for arm, x in a["iqm"].items()) + "."]
         if "p_elite_over_uniform" in a:
             lines[-1] += f" P(elite3 > standard): {_p(a['p_elite_over_uniform'])}."

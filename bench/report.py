@@ -296,6 +296,10 @@ def write_pages(check: bool = False, records: dict | None = None) -> int:
                  if old != new]
         missing = [f"docs/curves/{name}.png" for name in records
                    if name in ROWS and not os.path.exists(os.path.join(CURVES, f"{name}.png"))]
+        missing += [f"docs/curves/elite_{game.lower()}.png" for game in elite_claim.ELITE_CLAIM
+                    if any(records.get(elite_claim.row_name(game, arm))
+                           for arm in elite_claim.ELITE_ARMS)
+                    and not os.path.exists(os.path.join(CURVES, f"elite_{game.lower()}.png"))]
         for name in stale + missing:
             print(f"stale: {name}; run `python -m bench.suite report`")
         return 1 if stale or missing else 0

@@ -68,7 +68,9 @@ def test_a_killed_ray_actor_is_replaced_sigint_stops_cleanly_and_runs_resume_acr
         results):
     # one Ray run for both lifecycle checks (a Ray instance takes ~10 s to start)
     shm_before = shm_entries()
-    # kept on the learner's node (one node here): a restart is placed there too
+    # --ray_actor_node=learner: on one node it cannot place them elsewhere, so this
+    # checks only that the path runs, a restart included (test_ray_cluster.py checks
+    # that it keeps them off another node)
     proc = start_main("--env=CartPole-v1", "--backend=ray", "--worker_count=2",
                       "--ray_actor_node=learner",
                       "--environment_max_steps=10000000", "--eval_interval=0",

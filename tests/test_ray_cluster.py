@@ -160,6 +160,6 @@ def test_actors_kept_on_the_learners_node_without_cpus_stop_the_run_at_once(clus
     assert proc.returncode == 1, out[-3000:]
     head = cluster.head_node.node_id[:12]
     assert "--ray_actor_node=learner: this learner's Ray node" in out, out[-3000:]
-    assert f"node {head}) has 0 CPUs for its 2 actors" in out, out[-3000:]
+    assert f"node {head}) has 0 CPUs for the 2 actors;" in out, out[-3000:]
     assert not actors()
     assert cluster.remaining_processes_alive()

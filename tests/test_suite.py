@@ -120,7 +120,7 @@ def test_the_elite_claim_summary_ranks_the_arms_and_tells_the_quarters(tmp_path)
     recs = {"breakout_impala_standard": [_claim_run(s, 10.0 + s, 0.01) for s in (1, 2, 3)],
             "breakout_impala_elite3": [_claim_run(s, 20.0 + s, 0.02) for s in (1, 2, 3)],
             "breakout_impala_queue": [_claim_run(s, 5.0 + s, 0.03) for s in (1, 2)]}
-    summary = elite_claim.summarise(recs)
+    summary = elite_claim.summarise(recs, reps=100)
     game = summary["games"]["Breakout"]
     assert game["seeds"] == [1, 2] and set(summary["games"]) == {"Breakout"}
     iqm = {arm: x["iqm"] for arm, x in game["iqm"].items()}
@@ -135,9 +135,29 @@ def test_the_elite_claim_summary_ranks_the_arms_and_tells_the_quarters(tmp_path)
     assert last["gain"] == pytest.approx(22.0 / 4)
     assert game["arms"]["standard"]["updates_per_s"] == 5.0
     page = elite_claim.render(summary)
-    assert "| `elite3` | 3 |" in page and "P(elite3 > standard) on normalised auc: 1.00" in page
+    assert "| `elite3` | 3 |" in page and "P(elite3 > standard) on the auc: 1.00" in page
     assert "All game-seeds" not in page  # one game only
     elite_claim.plot("Breakout", recs, str(tmp_path / "b.png"))
     assert (tmp_path / "b.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="markers"):
         elite_claim.page_with("no markers", "section")
+
+
+def test_the_elite_claim_pools_the_games_as_tasks():
+    from bench import elite_claim
+
+    # elite loses on Breakout and wins on Seaquest: over the games, P(elite > uniform)
+    # is the mean of the games' (0 and 1), not that of runs mixed across games (0.75)
+    recs = {"breakout_impala_standard": [_claim_run(1, 20.0, 0.01)],
+            "breakout_impala_elite3": [_claim_run(1, 17.0, 0.01)],
+            "seaquest_impala_standard": [_claim_run(1, 16_000.0, 0.01)],
+            "seaquest_impala_elite3": [_claim_run(1, 72_000.0, 0.01)]}
+    summary = elite_claim.summarise(recs, reps=100)
+    games = summary["games"]
+    assert games["Breakout"]["p_elite_over_uniform"]["p"] == 0.0
+    assert games["Seaquest"]["p_elite_over_uniform"]["p"] == 1.0
+    norm = {g: {a: x["iqm"] for a, x in games[g]["iqm"].items()} for g in games}
+    assert norm["Seaquest"]["standard"] < norm["Breakout"]["elite3"] \
+        < norm["Breakout"]["standard"] < norm["Seaquest"]["elite3"]  # where mixing differs
+    assert summary["all"]["p_elite_over_uniform"]["p"] == 0.5
+    assert "All game-seeds" in elite_claim.render(summary)

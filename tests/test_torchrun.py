@@ -159,10 +159,10 @@ def test_a_learner_count_other_than_the_world_size_exits_2_on_every_rank(tmp_pat
     assert not os.path.exists(tmp_path / "node0" / "results")
 
 
-def test_ranks_size_their_auto_flags_for_their_node():
+def test_ranks_size_their_auto_flags_for_their_node(monkeypatch):
     from option_flags import default_values
     from training.config import make_config
-    from training.ranks.torchrun import Launch, settle
+    from training.ranks.torchrun import Launch, node_ranks, settle
 
     # rank 3 of 4, two per node: threads and actors sized for its node, Ray actors on it
     values = default_values(env="CartPole-v1", backend="ray", ray_address="auto")
@@ -172,9 +172,23 @@ def test_ranks_size_their_auto_flags_for_their_node():
     assert settled["learner_threads"] == max(1, cores // 2)
     assert settled["worker_count"] == cores * 2
     assert settled["ray_actor_node"] == "learner" and "ray_actor_node" in explicit
+    assert not make_config(settled, explicit)[1]
     given, _, _ = settle({**values, "ray_actor_node": "any"}, {"ray_actor_node"},
                          Launch(3, 4, 1, 2))
     assert given["ray_actor_node"] == "any"
     assert make_config(values)[0].ray_actor_node == "any"  # one learner: Ray places them
     _, _, errors = settle({**values, "ray_address": ""}, set(), Launch(0, 2, 0, 1))
     assert any(e.startswith("--backend: under torchrun") for e in errors), errors
+    # local actors: no Ray flag is set, so none is refused as unread
+    local = default_values(env="CartPole-v1")
+    settled, explicit, errors = settle(local, set(), Launch(1, 2, 0, 1))
+    assert settled["ray_actor_node"] is None and not errors
+    cfg, errors = make_config(settled, explicit)
+    assert not errors and cfg.learner_count == 2
+    # this node's ranks: torchrun's, or all where rank 0 spawns them
+    for name, value in (("RANK", "3"), ("WORLD_SIZE", "4"), ("LOCAL_RANK", "1"),
+                        ("LOCAL_WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+    assert node_ranks(4) == range(2, 4)
+    monkeypatch.delenv("RANK")
+    assert node_ranks(3) == range(3)

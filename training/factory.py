@@ -310,13 +310,17 @@ def make_actors(cfg: Config, plan: RunPlan, run: RunDir, slots: SlotPool, weight
                 resumes: int, actor_cfg: ActorConfig, count: int) -> ActorPoolBase:
     """`count` actors of `--backend` (or `--serial`), acting with `weights`."""
     if cfg.backend == "ray":
+        from training.ranks.torchrun import node_ranks
         from workers.ray_pool import RayActorPool
 
         return RayActorPool(actor_cfg, count, slots, plan.spec, weights, run.log,
                             cfg.max_actor_restarts, resumes=resumes, address=cfg.ray_address,
                             max_policy_lag=cfg.max_policy_lag, pixel_stack=plan.pixel_stack,
                             in_flight=cfg.ray_in_flight,
-                            actor_timeout=cfg.ray_actor_timeout, node=cfg.ray_actor_node)
+                            actor_timeout=cfg.ray_actor_timeout, node=cfg.ray_actor_node,
+                            node_actors=sum(actor_share(cfg.worker_count, cfg.learner_count,
+                                                        r)[1]
+                                            for r in node_ranks(cfg.learner_count)))
     if cfg.serial:
         return SerialActorPool(actor_cfg, count, slots, weights, run.log, resumes=resumes)
     return ActorPool(worker_context(env_modules(cfg.env)), actor_cfg, count, slots, weights,

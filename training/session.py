@@ -33,7 +33,7 @@ from training.plan import RunPlan, check_memory, make_plan
 from training.policies import parse_weight_sync
 from training.ranks.group import GroupFailure, rank_view
 from training.ranks.spawn import Ranks
-from training.ranks.torchrun import Leader, launched
+from training.ranks.torchrun import Leader, launched, node_ranks
 from training.run_dir import RunDir
 from training.signals import StopSignal
 from workers.actor_pool import ActorFailure
@@ -121,7 +121,7 @@ def preflight(cfg: Config, checkpoint: dict | None, policies: list[Config] | Non
         problem = check_memory(plan)
     else:  # rank 0's plan; every rank has slots and replays of its own, on this node
         plan = make_plan(rank_view(cfg, 0))  # those torchrun started here, or all of them
-        here = launch.local_size if (launch := launched()) else cfg.learner_count
+        here = len(node_ranks(cfg.learner_count))
         problem = check_memory(dataclasses.replace(
             plan, slot_bytes=plan.slot_bytes * here,
             replay_bytes=tuple(b * here for b in plan.replay_bytes)))

@@ -141,7 +141,9 @@ def init_ray(address: str, num_cpus: int, log) -> bool:
                                               "*.pt", "*.whl"]}, **common)
         log.info(f"ray: joined the cluster at {address}: {ray.cluster_resources()}")
         return False
-    ray.init(num_cpus=num_cpus, object_store_memory=512 * 2**20,
+    # "local": a new instance even where a cluster runs on this machine (ray.init()
+    # would join it, and refuse num_cpus)
+    ray.init(address="local", num_cpus=num_cpus, object_store_memory=512 * 2**20,
              runtime_env={"env_vars": {"PYTHONPATH": ROOT}}, **common)
     log.info(f"ray: started a local instance with {num_cpus} CPUs")
     return True

@@ -61,11 +61,13 @@ class RayActorPool(ActorPoolBase):
     def __init__(self, cfg: ActorConfig, worker_count: int, slots, spec: dict,
                  weights: RayWeights, log, max_restarts: int = 3, resumes: int = 0,
                  address: str = "", max_policy_lag: int = 0, pixel_stack: int | None = None,
-                 in_flight: int = 1, actor_timeout: float = 120.0, node: str = "any"):
+                 in_flight: int = 1, actor_timeout: float = 120.0, node: str = "any",
+                 node_actors: int = 0):
         """`spec`: the slots' field -> (shape [T+1, ...], dtype) (`training.plan.RunPlan`);
         `pixel_stack`: C where obs are stacked frames (sent once each), else None;
         `actor_timeout`: seconds an actor may return nothing before it counts as lost;
-        `node`: "any" (Ray places the actors) or "learner" (on this process's node)."""
+        `node`: "any" (Ray places the actors) or "learner" (on this process's node,
+        where its learner ranks run `node_actors` actors in all, these among them)."""
         super().__init__(log)
         self.cfg = cfg
         self.spec = spec
@@ -80,6 +82,7 @@ class RayActorPool(ActorPoolBase):
         self.in_flight_per_actor = in_flight
         self.actor_timeout = actor_timeout
         self.node = node
+        self.node_actors = max(node_actors, worker_count)
         self.unavailable_retries = 0  # requests sent again while Ray restarted an actor
         self.stale_dropped = 0  # rollouts over max_policy_lag
         self.bytes_received = 0  # since the last `stats()`
@@ -125,20 +128,22 @@ class RayActorPool(ActorPoolBase):
 
     def _learner_node(self):
         """Ray's hard node affinity to the node this learner joined the cluster on,
-        once it is known to have a CPU for each actor (else ActorFailure: Ray would
-        wait for CPUs that never come)."""
+        once it is known to have a CPU for each actor of its learner ranks (else
+        ActorFailure: Ray would wait for CPUs that never come)."""
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         node = ray.get_runtime_context().get_node_id()
         cpus = next((n["Resources"].get("CPU", 0.0) for n in ray.nodes()
                      if n["NodeID"] == node and n["Alive"]), 0.0)
-        if cpus < self.worker_count:
+        need = self.node_actors
+        if cpus < need:
+            ranks = " of its learner ranks" if need > self.worker_count else ""
             raise ActorFailure(
                 f"--ray_actor_node=learner: this learner's Ray node ({os.uname().nodename}, "
-                f"node {node[:12]}) has {cpus:g} CPUs for its {self.worker_count} actors; "
-                f"start its raylet with --num-cpus={self.worker_count} or more, lower "
-                "--worker_count, or pass --ray_actor_node=any")
+                f"node {node[:12]}) has {cpus:g} CPUs for the {need} actors{ranks}; start "
+                f"its raylet with --num-cpus={need} or more, lower --worker_count, or pass "
+                "--ray_actor_node=any")
         self.log.info(f"ray: the actors stay on the learner's node {node[:12]} "
                       f"({cpus:g} CPUs)")
         return NodeAffinitySchedulingStrategy(node_id=node, soft=False)

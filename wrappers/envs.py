@@ -85,8 +85,9 @@ class EnvFamily:
     emulator_frames: bool = False
     # an action is repeated for --skipped_frames frames (Atari, ViZDoom): frames_per_step
     skips_frames: bool = False
-    # the game's own frames per second: a recording plays one picture per env step at
-    # frame_rate / frames_per_step per second, in real time (`playback_fps`)
+    # a frame-skipping game's own frames per second: a recording, one picture per env
+    # step, plays at frame_rate / frames_per_step pictures per second, in real time
+    # (`playback_fps`); the others' recordings play at 30
     frame_rate: int = 30
     ppo_constant_lr: bool = False  # ppo agents keep --lr (auto --lr_end_value = --lr)
     # modules its envs import when made, besides this file's (`env_modules`)
@@ -353,8 +354,8 @@ def make_batched_env(env_id: str, num_envs: int, options: EnvOptions, seed: int,
 
 
 def playback_fps(env_id: str, frames_per_step: int) -> int:
-    """Pictures per second that show a game in real time, one per env step (Pong: 15,
-    ViZDoom: 9, CartPole: 30)."""
+    """Pictures per second of a recording, one picture per env step: a frame-skipping
+    game's real time (Pong: 15, ViZDoom: 9), else 30 (CartPole's real time is 50)."""
     return max(1, round(family_of(env_id).frame_rate / frames_per_step))
 
 

@@ -58,6 +58,16 @@ def launched() -> Launch | None:
     return launch if launch.size > 1 else None
 
 
+def node_ranks(learner_count: int) -> range:
+    """The learner ranks on this node: torchrun's LOCAL_WORLD_SIZE of them from
+    RANK - LOCAL_RANK, or all `learner_count` where rank 0 spawns the others."""
+    launch = launched()
+    if launch is None:
+        return range(learner_count)
+    first = launch.rank - launch.local_rank
+    return range(first, first + launch.local_size)
+
+
 def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[str], list[str]]:
     """The flags as torchrun's ranks take them: --learner_count is the world size, the
     auto threads and actors are sized for the nodes, and Ray actors stay on their
@@ -78,8 +88,8 @@ def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[
         settled["learner_threads"] = max(1, cores // launch.local_size)
     if values.get("worker_count") is None:
         settled["worker_count"] = cores * launch.size // launch.local_size
-    if values.get("ray_actor_node") is None:  # each node's actors beside its learner
-        settled["ray_actor_node"] = "learner"
+    if values.get("backend") == "ray" and values.get("ray_actor_node") is None:
+        settled["ray_actor_node"] = "learner"  # each node's actors beside its learner
     return {**values, **settled}, explicit | set(settled), errors
 
 
