@@ -90,23 +90,34 @@ def check_flag_value(name: str, text: str) -> str | None:
     return None
 
 
-def check_command_line(args: list[str]) -> tuple[list[str], set[str]]:
-    """Parse `["main.py", *args]` into a copy of FLAGS (the global flags stay as they are).
-
-    Returns (problems, the flag names given): absl's parse error, or the arguments that are
-    not flags; after a parse error no names.
-    """
+def _parsed_copy(args: list[str]):
+    """`["main.py", *args]` parsed as `parse_command_line` parses it, into a copy of
+    FLAGS at its defaults (the global flags stay as they are): (the copy, the
+    problems)."""
     import copy
 
     parsed = copy.deepcopy(FLAGS)
-    try:
-        rest = parsed(["main.py", *args])
-    except Exception as e:  # absl's flags.Error
-        return [str(e)], set()
-    problems = []
-    if len(rest) > 1:
-        problems.append(f"unexpected arguments {rest[1:]}; flags look like --name=value")
+    parsed.unparse_flags()  # the defaults, whatever FLAGS holds now
+    return parsed, parse_command_line(["main.py", *args], parsed)
+
+
+def check_command_line(args: list[str]) -> tuple[list[str], set[str]]:
+    """Parse `["main.py", *args]` into a copy of FLAGS (the global flags stay as they are).
+
+    Returns (problems, the flag names given): absl's parse errors, one per bad argument,
+    and the arguments that are not flags; the good arguments' names.
+    """
+    parsed, problems = _parsed_copy(args)
     return problems, {name for name in parsed if parsed[name].present}
+
+
+def command_line_values(args: list[str]) -> tuple[dict, set[str], list[str]]:
+    """What `main.py ARGS` would run with, parsed into a copy of FLAGS: the values that
+    make a Config, the names given, and the problems (`check_command_line`'s)."""
+    parsed, problems = _parsed_copy(args)
+    names = config_fields()
+    return ({name: parsed[name].value for name in names},
+            {name for name in names if parsed[name].present}, problems)
 
 
 def _argument_groups(args: list[str]) -> list[list[str]]:
@@ -126,10 +137,11 @@ def _argument_groups(args: list[str]) -> list[list[str]]:
     return groups
 
 
-def parse_command_line(argv: list[str]) -> list[str]:
-    """Parse `argv` (sys.argv) into FLAGS, every argument on its own, so that one bad
-    argument hides no other: the good ones are parsed, and every problem is returned,
-    one message each (an unknown flag, a value its parser refuses, stray arguments)."""
+def parse_command_line(argv: list[str], into: flags.FlagValues = FLAGS) -> list[str]:
+    """Parse `argv` (sys.argv) into `into` (FLAGS), every argument on its own, so that
+    one bad argument hides no other: the good ones are parsed, and every problem is
+    returned, one message each (an unknown flag, a value its parser refuses, stray
+    arguments)."""
     problems, stray = [], []
     for group in _argument_groups(argv[1:]):
         if group == ["--"]:
@@ -138,10 +150,10 @@ def parse_command_line(argv: list[str]) -> list[str]:
             stray.append(group[0])
             continue
         try:
-            FLAGS([argv[0], *group])
+            into([argv[0], *group])
         except flags.Error as e:
             problems.append(str(e))
-    FLAGS.mark_as_parsed()
+    into.mark_as_parsed()
     if stray:
         problems.append(f"unexpected arguments {stray}; flags look like --name=value (quote a "
                         "value that has spaces: --replay_parameters='[...]')")

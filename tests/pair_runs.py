@@ -20,7 +20,7 @@ import torch
 
 import main
 from agents.registry import AGENTS
-from option_flags import FLAGS, default_values
+from option_flags import command_line_values, default_values
 from tests.pairs import FEATURES, OFF_POLICY, Run, run_features
 from training.checkpoint import acting_weights, load_checkpoint
 
@@ -47,31 +47,24 @@ DEADLINE_S = 240  # the slowest run took 30 s on 2 busy cores
 
 def invoke(**flags) -> tuple[int, str]:
     """main.py's entry with `flags` given on the command line: (exit status, stderr)."""
-    status, _, err = _entry(default_values(**flags), set(flags))
+    status, _, err = _entry(default_values(**flags), set(flags), [])
     return status, err
 
 
 def run_inline(*argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """tests.conftest.run_main's `main.py ARGV` without an interpreter's start (about 3 s
-    of CPU for torch's import): parsed by each flag's own parser, run in this process,
+    of CPU for torch's import): parsed as main.py parses it, run in this process,
     its stdout and stderr captured. For `--serial` runs, which start no process; one
     that outlives `timeout` ends the test's process (`deadline`)."""
-    flags = {}
-    for arg in argv:
-        name, given, text = arg.removeprefix("--").partition("=")
-        if given:
-            flags[name] = FLAGS[name].parser.parse(text)
-        elif name in FLAGS:  # --use_lstm
-            flags[name] = True
-        else:  # --nouse_lstm
-            flags[name.removeprefix("no")] = False
+    values, explicit, problems = command_line_values(list(argv))
     with deadline(timeout):
-        status, out, err = _entry(default_values(**flags), set(flags))
+        status, out, err = _entry(values, explicit, problems)
     return subprocess.CompletedProcess(argv, status, out, err)
 
 
-def _entry(values: dict, explicit: set[str]) -> tuple[int, str, str]:
-    """main.run(values, explicit) in this process: (exit status, stdout, stderr). What a
+def _entry(values: dict, explicit: set[str], problems: list[str]) -> tuple[int, str, str]:
+    """main.run(values, explicit, problems) in this process: (exit status, stdout,
+    stderr). What a
     run sets for its whole process (the signal handlers, torch's threads and random
     stream) is put back afterwards, for the tests that follow in this one."""
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -79,7 +72,7 @@ def _entry(values: dict, explicit: set[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     try:
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
-            status = main.run(values, explicit)
+            status = main.run(values, explicit, problems)
     finally:
         for s, handler in handlers.items():
             signal.signal(s, handler)

@@ -74,7 +74,7 @@ def test_read_when_names_another_flag_and_values_it_can_take():
     conditional = [s for s in FLAG_SPECS if s.read_when is not None]
     assert {s.name for s in conditional} == {"lstm_size", "video_format", "ray_address",
                                              "max_policy_lag", "ray_in_flight", "ray_weights_every",
-                                             "ray_actor_timeout"}
+                                             "ray_actor_timeout", "ray_actor_node"}
     for spec in conditional:
         chooser, values = spec.read_when
         other = SPECS_BY_NAME[chooser]
