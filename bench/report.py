@@ -39,7 +39,8 @@ names; each row's seeds run one after another, alone on the machine
 `python -m bench.suite report`.
 
 How to read the tables: the return is the mean over the last 100 training episodes
-(whole games, unclipped). Frames are env steps x frameskip (4 on Atari, 1 elsewhere).
+(whole games, unclipped). Frames are env steps x frameskip (4 on Atari and ViZDoom, 1
+elsewhere).
 "k/N" counts the seeds whose mean reached the threshold within the budget; the
 frames to it are the median over all N seeds, a seed that missed counting as never
 (so "—" when half or more missed), with [min-max] over the seeds that reached it.

@@ -157,8 +157,9 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
                "HalfCheetah."),
         _float("lr_end_value", None,
                "Learning rate at the end of the run (the schedule decays from --lr to it over "
-               "--environment_max_steps); auto: --lr (constant) for ppo agents on Atari and "
-               "HalfCheetah, so the budget does not change the run, else 0."),
+               "--environment_max_steps); auto: --lr (constant) for ppo agents on Atari, ViZDoom "
+               "and HalfCheetah and for sac, td3 and ddpg, so the budget does not change the "
+               "run, else 0."),
         _float("lr_decay_power", 1.0, "Power of the polynomial decay (1: linear)."),
         _float("rmsprop_eps", 1e-5,
                "RMSProp epsilon, added to the root of the mean square (torch). 1e-5 suits the "

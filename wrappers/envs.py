@@ -300,10 +300,10 @@ FAMILIES = (
                           gamma=0.999, gae_lambda=0.98)),
     EnvFamily(
         "vector", lambda env_id: True, _check_gym, _make_gym, agent="impala",
-        # CartPole fell back after solving (README: Runs that stay solved): impala's
-        # critic fitted no raw returns, and ppo's entropy bonus beside its normalised
-        # advantages held no policy; impala's advantages are scaled, not shifted, and
-        # its entropy bonus is 0.03 (10 of 10 seeds held asynchronously, 8 with 0.01)
+        # CartPole fell back after solving (design notes: Runs that stay solved):
+        # impala's critic fitted no raw returns, and ppo's entropy bonus beside its
+        # normalised advantages held no policy; impala's advantages are scaled, not
+        # shifted, and its entropy bonus is 0.03 (the records: 8 of 10 seeds held)
         defaults=dict(VECTOR, normalize_returns=True, normalize_advantages=True,
                       entropy_loss_weight=0.03),
         ppo_defaults=dict(lr=2.5e-4, batch_size=32, entropy_loss_weight=0.0)),
