@@ -229,7 +229,9 @@ def plot(game: str, records: dict[str, list[dict]], path: str) -> None:
             x, y = _series(r["curve"]["frames"], r["curve"]["mean"])
             ax.plot(x, y, color=colour, lw=0.6, alpha=0.5)
             curves.append(np.interp(grid, x, y, left=np.nan, right=np.nan))
-        ax.plot(grid, np.nanmedian(np.array(curves), axis=0), color=colour, lw=2.2,
+        curves = np.array(curves)
+        some = ~np.isnan(curves).all(axis=0)  # grid points where a seed has a mean
+        ax.plot(grid[some], np.nanmedian(curves[:, some], axis=0), color=colour, lw=2.2,
                 label=f"{arm}: {what} ({len(rs)} seeds)")
     ax.set(xlabel="frames", ylabel="mean return of the last 100 games", title=game)
     ax.legend(loc="upper left", fontsize=8)
