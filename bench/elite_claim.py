@@ -34,7 +34,7 @@ import os
 
 import numpy as np
 
-from bench.records import load_records
+from bench.records import load_records, with_section
 from bench.suite import ELITE_ARMS, ELITE_CLAIM, ROWS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -242,10 +242,7 @@ def plot(game: str, records: dict[str, list[dict]], path: str) -> None:
 
 def page_with(text: str, section: str) -> str:
     """docs/replays.md's `text` with `section` between the markers."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"docs/replays.md lacks the markers {BEGIN} and {END}")
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n{section}{END}{rest.split(END, 1)[1]}"
+    return with_section(text, "docs/replays.md", BEGIN, END, section)
 
 
 def main() -> int:

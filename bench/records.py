@@ -168,6 +168,15 @@ def make_record(row, seed: int, run_dir: str, command: str, tree: tuple[str, boo
             **({"policies": parts} if parts else {})}
 
 
+def with_section(text: str, page: str, begin: str, end: str, section: str) -> str:
+    """`text` (of `page`) with `section` in place of what stands between its generated
+    section's markers `begin` and `end`; ValueError if it lacks them."""
+    if begin not in text or end not in text:
+        raise ValueError(f"{page} lacks the markers {begin} and {end}")
+    head, rest = text.split(begin, 1)
+    return f"{head}{begin}\n{section}{end}{rest.split(end, 1)[1]}"
+
+
 def record_path(row: str, seed: int) -> str:
     return os.path.join(RESULTS, row, f"seed{seed}.json")
 

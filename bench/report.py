@@ -16,7 +16,7 @@ import statistics
 
 import numpy as np
 
-from bench.records import ROOT, load_records
+from bench.records import ROOT, load_records, with_section
 from bench.suite import ROWS, Row
 from bench.vs_sample_factory import TASKS, row_name
 
@@ -267,10 +267,7 @@ def render_headline(records: dict[str, list[dict]]) -> str:
 
 
 def _readme_with(text: str, table: str) -> str:
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"README.md lacks the markers {BEGIN} and {END}")
-    head, rest = text.split(BEGIN, 1)
-    return f"{head}{BEGIN}\n{table}{END}{rest.split(END, 1)[1]}"
+    return with_section(text, "README.md", BEGIN, END, table)
 
 
 def write_pages(check: bool = False, records: dict | None = None) -> int:
