@@ -25,12 +25,13 @@ $(STAMP): requirements.txt
 train: $(STAMP)
 	$(PY) main.py $(ARGS)
 
-# Two pytest workers (one per core; a file's tests stay on one worker), then the
-# asynchronous learning tests (marked `alone`) by themselves on the quiet machine.
+# Two pytest workers (one per core; a file's tests stay on one worker; the longest files
+# first, tests/conftest.py), then the asynchronous learning tests (marked `alone`) by
+# themselves on the quiet machine.
 # The docs are checked there too: tests/test_docs.py compares docs/flags.md with
 # docs/gen_flags.py's output and runs `mkdocs build --strict` into a temporary directory.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "not alone" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder -m "not alone" --durations=25 $(PYTEST_ARGS)
 	$(PY) -m pytest -q -m alone $(PYTEST_ARGS)
 
 lint: $(STAMP)
