@@ -55,6 +55,20 @@ def test_a_run_stopped_before_its_budget_leaves_no_record(tmp_path, monkeypatch)
     assert records.load_records(str(tmp_path / "records")) == {}
 
 
+def test_a_run_of_two_policies_is_recorded_with_policy_0s_figures(tmp_path, monkeypatch):
+    """The budget is the run's, both policies' env steps together; the record leads with
+    policy 0's share (a run of Wheeler's pair was once refused as stopped early)."""
+    monkeypatch.setattr(records, "RESULTS", str(tmp_path / "records"))
+    pair = dataclasses.replace(TINY, name="pair", flags=(*TINY.flags, "--num_policies=2",
+                                                        "--worker_count=2"))
+    with open(tmp_path / "log.txt", "w") as log:
+        assert run(pair, [3], str(tmp_path / "runs"), log) == 0
+    (saved,) = records.load_records(str(tmp_path / "records"))["pair"]
+    assert len(saved["policies"]) == 2
+    assert saved["env_steps"] == saved["policies"][0]["env_steps"] < 4000
+    assert sum(p["env_steps"] for p in saved["policies"]) >= 4000
+
+
 def test_downsample_keeps_the_ends_and_at_most_the_points():
     assert list(records.downsample(5, 10)) == [0, 1, 2, 3, 4]
     keep = records.downsample(10_000, 200)
