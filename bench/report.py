@@ -214,6 +214,18 @@ def _trained_agent(row: Row, seeds: set[int]) -> list[str]:
     return out
 
 
+def _policies_note(recs: list[dict]) -> list[str]:
+    """For a run of several policies: whose figures the table gives, and each policy's
+    final mean by seed."""
+    if not recs[0].get("policies"):
+        return []
+    finals = "; ".join(f"seed {r['seed']}: " + ", ".join(
+        "—" if p["final_mean"] is None else f"{p['final_mean']:.1f}" for p in r["policies"])
+        for r in recs)
+    return ["", "The table gives policy 0's figures in its own env steps (the budget is the "
+            f"run's, every policy's together). Each policy's final mean-100, by seed: {finals}."]
+
+
 def render_results(records: dict[str, list[dict]]) -> str:
     """docs/results.md's text."""
     out = [INTRO]
@@ -233,6 +245,7 @@ def render_results(records: dict[str, list[dict]]) -> str:
                 seeds = ", ".join(str(r["seed"]) for r in recs)
                 out.append(f"Records: `bench/results/{row.name}/` (seeds {seeds}; commit "
                            f"{_commits(recs)}; torch {recs[0]['torch']}).")
+                out += _policies_note(recs)
                 out += ["", f"![{row.name}](curves/{row.name}.png)", ""]
                 out += _trained_agent(row, {r["seed"] for r in recs})
     out += throughput_section(records)

@@ -175,3 +175,12 @@ def test_the_elite_claim_pools_the_games_as_tasks():
         < norm["Breakout"]["standard"] < norm["Seaquest"]["elite3"]  # where mixing differs
     assert summary["all"]["p_elite_over_uniform"]["p"] == 0.5
     assert "All game-seeds" in elite_claim.render(summary)
+
+
+def test_a_row_of_several_policies_tells_whose_figures_the_table_gives():
+    recs = [{"seed": 100, "policies": [{"final_mean": 205.57}, {"final_mean": None}]},
+            {"seed": 101, "policies": [{"final_mean": -3.0}, {"final_mean": 21.44}]}]
+    (_, note) = report._policies_note(recs)
+    assert note.startswith("The table gives policy 0's figures")
+    assert note.endswith("seed 100: 205.6, —; seed 101: -3.0, 21.4.")
+    assert report._policies_note([{"seed": 1}]) == []
