@@ -196,7 +196,6 @@ def run(row: Row, seeds: list[int], results_dir: str, log) -> int:
             print(json.dumps({"row": row.name, "seed": seed, "run_dir": run_dir,
                               "error": f"main.py exited {status}"}))
             return 1
-        record = make_record(row, seed, run_dir, row.command(seed), tree)
         with open(os.path.join(run_dir, "summary.json")) as f:
             done = json.load(f)["env_steps"]  # the run's, every policy's together
         if done < row.env_steps():  # stopped early (a signal): no record
@@ -204,6 +203,7 @@ def run(row: Row, seeds: list[int], results_dir: str, log) -> int:
                               "error": f"the run stopped at {done} env steps "
                                        f"of {row.env_steps()}: not recorded"}))
             return 1
+        record = make_record(row, seed, run_dir, row.command(seed), tree)
         path = save_record(record)
         print(json.dumps({"row": row.name, "seed": seed, "record": path,
                           "final_mean": record["final_mean"],
