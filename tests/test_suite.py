@@ -12,6 +12,7 @@ import pytest
 import bench.records as records
 from bench import report
 from bench.suite import ROWS, Row, run
+from tests.pair_runs import DEADLINE_S, deadline
 
 TINY = Row("tiny", "CartPole", "ppo, a tiny budget", "CartPole-v1",
            ("--agent=ppo", "--serial", "--eval_interval=2000", "--learner_threads=1",
@@ -20,7 +21,7 @@ TINY = Row("tiny", "CartPole", "ppo, a tiny budget", "CartPole-v1",
 
 def test_a_run_of_a_row_writes_its_record(tmp_path, monkeypatch):
     monkeypatch.setattr(records, "RESULTS", str(tmp_path / "records"))
-    with open(tmp_path / "log.txt", "w") as log:
+    with open(tmp_path / "log.txt", "w") as log, deadline(DEADLINE_S):
         assert run(TINY, [3], str(tmp_path / "runs"), log) == 0
     (saved,) = records.load_records(str(tmp_path / "records"))["tiny"]
     with open(tmp_path / "records" / "tiny" / "seed3.json") as f:
@@ -50,7 +51,7 @@ def test_a_run_of_a_row_writes_its_record(tmp_path, monkeypatch):
 def test_a_run_stopped_before_its_budget_leaves_no_record(tmp_path, monkeypatch):
     monkeypatch.setattr(records, "RESULTS", str(tmp_path / "records"))
     early = dataclasses.replace(TINY, flags=(*TINY.flags, "--stop_at_return=15"))
-    with open(tmp_path / "log.txt", "w") as log:
+    with open(tmp_path / "log.txt", "w") as log, deadline(DEADLINE_S):
         assert run(early, [3], str(tmp_path / "runs"), log) == 1
     assert records.load_records(str(tmp_path / "records")) == {}
 
@@ -61,7 +62,7 @@ def test_a_run_of_two_policies_is_recorded_with_policy_0s_figures(tmp_path, monk
     monkeypatch.setattr(records, "RESULTS", str(tmp_path / "records"))
     pair = dataclasses.replace(TINY, name="pair", flags=(*TINY.flags, "--num_policies=2",
                                                         "--worker_count=2"))
-    with open(tmp_path / "log.txt", "w") as log:
+    with open(tmp_path / "log.txt", "w") as log, deadline(DEADLINE_S):
         assert run(pair, [3], str(tmp_path / "runs"), log) == 0
     (saved,) = records.load_records(str(tmp_path / "records"))["pair"]
     assert len(saved["policies"]) == 2
