@@ -24,6 +24,7 @@ RESULTS_MD = os.path.join(ROOT, "docs", "results.md")
 README = os.path.join(ROOT, "README.md")
 CURVES = os.path.join(ROOT, "docs", "curves")
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+MILESTONE_SLACK = 0.05  # an evaluation this far (a fraction) from a milestone counts at it
 
 INTRO = """\
 # Results
@@ -214,6 +215,36 @@ def _trained_agent(row: Row, seeds: set[int]) -> list[str]:
     return out
 
 
+def at_milestone(record: dict, steps: int) -> tuple[float | None, float | None]:
+    """(The training mean-100 at `steps` env steps: its last point at or before them;
+    the evaluation's mean nearest to them, within `MILESTONE_SLACK` of them). None
+    where the record has none."""
+    curve = record["curve"]
+    train = [m for s, m in zip(curve["env_steps"], curve["mean"], strict=True)
+             if s <= steps and m is not None]
+    ev = record.get("eval") or {"env_steps": [], "mean": []}
+    near = [(abs(s - steps), m) for s, m in zip(ev["env_steps"], ev["mean"], strict=True)
+            if abs(s - steps) <= MILESTONE_SLACK * steps]
+    return (train[-1] if train else None), (min(near)[1] if near else None)
+
+
+def _milestones_table(row: Row, recs: list[dict]) -> list[str]:
+    """A row's training and evaluation means at its `milestones`, median [min-max] over
+    its seeds."""
+    if not row.milestones or not recs:
+        return []
+    episodes = recs[0]["eval"]["episodes_each"] if recs[0].get("eval") else "—"
+    out = ["", f"{row.label} along the way: the training mean-100 at each point, and the "
+           f"mean of the evaluation nearest to it ({episodes} episodes, within "
+           f"{MILESTONE_SLACK:.0%}), median [min-max] over the seeds:", "",
+           "| env steps | training mean-100 | evaluation |", "|---|---|---|"]
+    for steps in row.milestones:
+        both = [at_milestone(r, steps) for r in recs]
+        out.append(f"| {_num(steps)} | {_spread([t for t, _ in both if t is not None])} | "
+                   f"{_spread([e for _, e in both if e is not None])} |")
+    return out
+
+
 def _policies_note(recs: list[dict]) -> list[str]:
     """For a run of several policies: whose figures the table gives, and each policy's
     final mean by seed."""
@@ -246,6 +277,7 @@ def render_results(records: dict[str, list[dict]]) -> str:
                 out.append(f"Records: `bench/results/{row.name}/` (seeds {seeds}; commit "
                            f"{_commits(recs)}; torch {recs[0]['torch']}).")
                 out += _policies_note(recs)
+                out += _milestones_table(row, recs)
                 out += ["", f"![{row.name}](curves/{row.name}.png)", ""]
                 out += _trained_agent(row, {r["seed"] for r in recs})
     out += throughput_section(records)

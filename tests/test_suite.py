@@ -185,3 +185,20 @@ def test_a_row_of_several_policies_tells_whose_figures_the_table_gives():
     assert note.startswith("The table gives policy 0's figures")
     assert note.endswith("seed 100: 205.6, —; seed 101: -3.0, 21.4.")
     assert report._policies_note([{"seed": 1}]) == []
+
+
+def test_a_row_with_milestones_gives_both_means_at_each():
+    def rec(shift: float, evals: list[int]) -> dict:
+        return {"seed": 100, "curve": {"env_steps": [0, 90_000, 99_000, 150_000, 300_000],
+                                       "mean": [None, 1.0 + shift, 2.0 + shift, 3.0, 9.0]},
+                "eval": {"env_steps": evals, "mean": [10.0 + shift, 20.0 + shift, 30.0],
+                         "episodes_each": 10}}
+    a, b = rec(0.0, [96_000, 103_000, 300_000]), rec(4.0, [100_000, 196_000, 300_000])
+    assert report.at_milestone(a, 100_000) == (2.0, 20.0)  # the last point; the nearest
+    assert report.at_milestone(b, 100_000) == (6.0, 14.0)
+    assert report.at_milestone(a, 200_000) == (3.0, None)  # no evaluation within 5%
+    assert report.at_milestone(a, 50) == (None, None)
+    row = dataclasses.replace(ROWS["half_cheetah_sac"], milestones=(100_000, 200_000))
+    table = report._milestones_table(row, [a, b])
+    assert table[-2:] == ["| 100k | 4 [2-6] | 17 [14-20] |", "| 200k | 3 [3-3] | 24 |"]
+    assert report._milestones_table(ROWS["breakout_ppo"], [a]) == []
