@@ -238,10 +238,14 @@ def _milestones_table(row: Row, recs: list[dict]) -> list[str]:
            f"mean of the evaluation nearest to it ({episodes} episodes, within "
            f"{MILESTONE_SLACK:.0%}), median [min-max] over the seeds:", "",
            "| env steps | training mean-100 | evaluation |", "|---|---|---|"]
+    def cell(values: list[float | None]) -> str:  # the seeds that lack one are counted
+        have = [v for v in values if v is not None]
+        return _spread(have) + ("" if len(have) == len(values) else
+                                f" ({len(have)}/{len(values)} seeds)")
+
     for steps in row.milestones:
-        both = [at_milestone(r, steps) for r in recs]
-        out.append(f"| {_num(steps)} | {_spread([t for t, _ in both if t is not None])} | "
-                   f"{_spread([e for _, e in both if e is not None])} |")
+        train, evals = zip(*(at_milestone(r, steps) for r in recs), strict=True)
+        out.append(f"| {_num(steps)} | {cell(list(train))} | {cell(list(evals))} |")
     return out
 
 

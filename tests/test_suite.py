@@ -200,5 +200,5 @@ def test_a_row_with_milestones_gives_both_means_at_each():
     assert report.at_milestone(a, 50) == (None, None)
     row = dataclasses.replace(ROWS["half_cheetah_sac"], milestones=(100_000, 200_000))
     table = report._milestones_table(row, [a, b])
-    assert table[-2:] == ["| 100k | 4 [2-6] | 17 [14-20] |", "| 200k | 3 [3-3] | 24 |"]
+    assert table[-2:] == ["| 100k | 4 [2-6] | 17 [14-20] |", "| 200k | 3 [3-3] | 24 (1/2 seeds) |"]
     assert report._milestones_table(ROWS["breakout_ppo"], [a]) == []
