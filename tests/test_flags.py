@@ -238,6 +238,17 @@ def test_box2d_discrete_gets_sb3_zoos_ppo_values_and_minibatches_of_steps():
     assert any(e.startswith("--ppo_minibatches:") and "steps" in e for e in errors)
 
 
+def test_learner_threads_auto_is_the_cores_over_the_learners_and_one_off_policy(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert parse("--env=CartPole-v1")[0].learner_threads == 8
+    assert parse("--env=CartPole-v1", "--learner_count=2")[0].learner_threads == 4
+    # a passive second thread slowed SAC's training (design-notes.md)
+    for agent in ("sac", "td3", "ddpg"):
+        assert parse("--env=Pendulum-v1", f"--agent={agent}")[0].learner_threads == 1
+    assert parse("--env=Pendulum-v1", "--agent=sac",
+                 "--learner_threads=2")[0].learner_threads == 2
+
+
 def test_explicit_flag_wins_over_auto():
     cfg, _ = parse("--env=CartPole-v1", "--optimizer=rmsprop", "--lr=0.5", "--clip_rewards=1")
     assert (cfg.optimizer, cfg.lr, cfg.clip_rewards) == ("rmsprop", 0.5, True)

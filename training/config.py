@@ -193,6 +193,15 @@ def _off_policy_problems(v: dict, replays: list[ReplaySpec]) -> list[str]:
     return errors
 
 
+def auto_learner_threads(agent: str | None, learners_here: int) -> int:
+    """`--learner_threads` auto: this node's cores over the learners it holds; 1 for the
+    off-policy agents, whose small updates lose more to waking a passive second thread than
+    it gives them (docs: design-notes.md)."""
+    if agent in AGENTS and off_policy(agent):
+        return 1
+    return max(1, (os.cpu_count() or 1) // max(1, learners_here))
+
+
 def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | None, list[str]]:
     """A `Config` from flag values (name -> value, None for auto), and every error.
     `given`: the flags named on the command line; those the `--agent`, `--backend` or
@@ -231,7 +240,7 @@ def make_config(values: dict, given: set[str] = frozenset()) -> tuple[Config | N
     if v.get("worker_count") is None:
         v["worker_count"] = cores
     if v.get("learner_threads") is None:
-        v["learner_threads"] = max(1, cores // max(1, v.get("learner_count") or 1))
+        v["learner_threads"] = auto_learner_threads(v["agent"], v.get("learner_count") or 1)
     if v.get("ray_actor_node") is None:  # torchrun's ranks set "learner" (ranks/torchrun.py)
         v["ray_actor_node"] = "any"
 

@@ -198,7 +198,8 @@ FLAG_SPECS: tuple[FlagSpec, ...] = (
         _int("envs_per_worker", None,
              "Envs per actor; auto: 4 Atari and for ppo on HalfCheetah, 8 else."),
         _int("learner_threads", None,
-             "Torch threads of each learner; auto: the core count over --learner_count."),
+             "Torch threads of each learner; auto: the core count over --learner_count (1 for "
+             "the off-policy agents)."),
         _int("learner_count", 1,
              "Data-parallel learners (ranks) of the policy, each a process with its share of "
              "the --worker_count actors, its own replays and batch of --batch_size rollouts: "

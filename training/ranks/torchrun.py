@@ -32,6 +32,7 @@ import os
 import torch
 import torch.distributed as dist
 
+from training.config import auto_learner_threads
 from training.ranks.driver import FollowerRun
 from training.ranks.follower import exit_now, follow
 from training.ranks.group import RANK_0_WAIT, GroupFailure, ProcessGroup, rank_device
@@ -85,7 +86,8 @@ def settle(values: dict, explicit: set[str], launch: Launch) -> tuple[dict, set[
     cores = os.cpu_count() or 1
     settled = {"learner_count": launch.size}
     if values.get("learner_threads") is None:
-        settled["learner_threads"] = max(1, cores // launch.local_size)
+        settled["learner_threads"] = auto_learner_threads(values.get("agent"),
+                                                          launch.local_size)
     if values.get("worker_count") is None:
         settled["worker_count"] = cores * launch.size // launch.local_size
     if values.get("backend") == "ray" and values.get("ray_actor_node") is None:
@@ -186,8 +188,8 @@ def follower(launch: Launch, explicit: set[str]) -> int:
             return word[0][1]
         cfg = word[0][1]
         if "learner_threads" not in explicit:
-            cfg = dataclasses.replace(cfg, learner_threads=max(1, (os.cpu_count() or 1)
-                                                              // launch.local_size))
+            cfg = dataclasses.replace(cfg, learner_threads=auto_learner_threads(
+                cfg.agent, launch.local_size))
         dist.recv_object_list(part, src=0)
         device = rank_device(cfg, launch.local_rank)
         nccl = nccl_for(device, launch)
