@@ -1,7 +1,8 @@
 """SAC's env steps/s at replay ratio 1 against CleanRL's `sac_continuous_action.py`,
-side by side on this machine, as JSON.
+side by side on this machine, as one record of the suite
+(`bench/results/half_cheetah_sac_vs_cleanrl/`) and JSON.
 
-    python -m bench.off_policy --cleanrl=DIR [--steps=50000] [--repeats=1]
+    python -m bench.off_policy --cleanrl=DIR --peer_site=SITE [--steps=10000] [--repeats=3]
 
 DIR holds CleanRL's script and its `cleanrl_utils/` (github.com/vwxyzjn/cleanrl),
 run as a peer, unchanged, with `--no-cuda`, on HalfCheetah-v4 (it needs gymnasium
@@ -11,13 +12,16 @@ batch 256, 256-wide MLPs. The rate is that of the `--steps` env steps after
 learning_starts: ours from episodes.csv (the wall time of the episodes ending at the
 first and the last 1,000 steps), CleanRL's from its "SPS" lines (global step over
 elapsed seconds, every 100 steps). Each repeat runs ours, then CleanRL, back to back;
-the medians and their ratio are printed. Name the CPU (`lscpu`) with the figures.
+the record holds every pair, the medians and the median of the pairs' ratios, with
+the machine (`bench.records.machine`), and our update alone on as many threads as
+training takes (`bench.off_policy_update`, ms per update) with training's rate over it.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import json
 import os
 import re
@@ -26,8 +30,10 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.records import RESULTS, ROOT, git_state, machine
+
 STARTS = 5000
+ROW = "half_cheetah_sac_vs_cleanrl"
 
 
 def ours(steps: int, seed: int) -> float:
@@ -61,21 +67,49 @@ def cleanrl(script_dir: str, peer_site: str, steps: int, seed: int) -> float:
     return (s1 - s0) / (t1 - t0)
 
 
+def update_alone_ms(threads: int) -> float:
+    """Our sac update alone, ms (bench.off_policy_update, the fused critics)."""
+    out = subprocess.run([sys.executable, "-m", "bench.off_policy_update",
+                          f"--threads={threads}"], check=True, capture_output=True,
+                         text=True, cwd=ROOT).stdout
+    return json.loads(out)["ms_per_update"]["fused"]
+
+
 def main() -> None:
+    from training.config import auto_learner_threads
+
     p = argparse.ArgumentParser()
     p.add_argument("--cleanrl", required=True, help="directory of sac_continuous_action.py")
     p.add_argument("--peer_site", default="", help="site directory with gymnasium 0.29, tyro")
-    p.add_argument("--steps", type=int, default=50_000)
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--steps", type=int, default=10_000)
+    p.add_argument("--repeats", type=int, default=3)
     args = p.parse_args()
-    ours_sps, peer_sps = [], []
+    pairs = []
     for seed in range(args.repeats):
-        ours_sps.append(ours(args.steps, seed))
-        peer_sps.append(cleanrl(args.cleanrl, args.peer_site, args.steps, seed))
-    a, b = statistics.median(ours_sps), statistics.median(peer_sps)
-    print(json.dumps({"steps_after_learning_starts": args.steps, "ours_sps": ours_sps,
-                      "cleanrl_sps": peer_sps, "ours_median": a, "cleanrl_median": b,
-                      "ours_over_cleanrl": a / b}))
+        a, b = ours(args.steps, seed), cleanrl(args.cleanrl, args.peer_site, args.steps, seed)
+        pairs.append({"ours_sps": round(a, 2), "cleanrl_sps": round(b, 2),
+                      "ratio": round(a / b, 3)})
+    threads = auto_learner_threads("sac", 1)
+    alone = update_alone_ms(threads)
+    commit, dirty = git_state()
+    ours_sps = statistics.median(x["ours_sps"] for x in pairs)
+    record = {"format": 1, "row": ROW, "commit": commit, "dirty": dirty, **machine(),
+              "date": datetime.date.today().isoformat(), "env": "HalfCheetah-v5",
+              "command": f"python -m bench.off_policy --cleanrl=DIR --peer_site=SITE "
+                         f"--steps={args.steps} --repeats={args.repeats}",
+              "cleanrl": "sac_continuous_action.py --env-id=HalfCheetah-v4 --no-cuda",
+              "pairs": pairs, "ours_sps": ours_sps,
+              "cleanrl_sps": statistics.median(x["cleanrl_sps"] for x in pairs),
+              "ratio": statistics.median(x["ratio"] for x in pairs),
+              "learner_threads": threads, "update_alone_ms": round(alone, 3),
+              "ours_over_update_alone": round(ours_sps * alone / 1e3, 3)}
+    folder = os.path.join(RESULTS, ROW)
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{record['date']}_{commit[:10]}.json")
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    print(json.dumps({**record, "record": path}, indent=1))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import statistics
 
 import numpy as np
 
+from bench.off_policy import ROW as OFF_POLICY_ROW
 from bench.records import ROOT, load_records, with_section
 from bench.suite import ROWS, Row
 from bench.vs_sample_factory import TASKS, row_name
@@ -197,6 +198,31 @@ def throughput_section(records: dict[str, list[dict]]) -> list[str]:
                        f"{_commits([r])} |")
     if not rows:
         out.append("| none yet | | | | | | |")
+    return out + [""] + _off_policy_speed(records.get(OFF_POLICY_ROW, []))
+
+
+def _off_policy_speed(recs: list[dict]) -> list[str]:
+    """sac's env steps/s against CleanRL's script (bench/off_policy.py's records)."""
+    out = ["## Off-policy speed against CleanRL", "",
+           "sac's training env steps/s on HalfCheetah at one update per env step, against "
+           "CleanRL's `sac_continuous_action.py` on the same machine, alternated, the rate "
+           "of the env steps after `learning_starts`: `python -m bench.off_policy "
+           "--cleanrl=DIR --peer_site=SITE` (its docstring says how to set CleanRL up). "
+           "The last columns: our update alone on training's threads, and training's rate "
+           "over its rate.", "",
+           "| machine | ours, env steps/s | CleanRL, env steps/s | ratio | runs | update alone "
+           "| training over it | commit |", "|---|---|---|---|---|---|---|---|"]
+    for r in recs:
+        pairs = r["pairs"]
+        out.append(f"| {r['cpu']}, {r['cores']} cores | "
+                   f"{_spread([x['ours_sps'] for x in pairs])} | "
+                   f"{_spread([x['cleanrl_sps'] for x in pairs])} | "
+                   f"{_spread([x['ratio'] for x in pairs])}x | {len(pairs)} | "
+                   f"{r['update_alone_ms']:.2f} ms ({r['learner_threads']} thread"
+                   f"{'s' if r['learner_threads'] > 1 else ''}) | "
+                   f"{r['ours_over_update_alone']:.2f} | {_commits([r])} |")
+    if not recs:
+        out.append("| none yet | | | | | | | |")
     return out + [""]
 
 

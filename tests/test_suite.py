@@ -202,3 +202,14 @@ def test_a_row_with_milestones_gives_both_means_at_each():
     table = report._milestones_table(row, [a, b])
     assert table[-2:] == ["| 100k | 4 [2-6] | 17 [14-20] |", "| 200k | 3 [3-3] | 24 (1/2 seeds) |"]
     assert report._milestones_table(ROWS["breakout_ppo"], [a]) == []
+
+
+def test_the_off_policy_speed_table_gives_each_records_pairs_and_update_alone():
+    rec = {"cpu": "Some CPU", "cores": 2, "commit": "a" * 40, "dirty": False, "learner_threads": 1,
+           "pairs": [{"ours_sps": 80.0, "cleanrl_sps": 50.0, "ratio": 1.6},
+                     {"ours_sps": 70.0, "cleanrl_sps": 56.0, "ratio": 1.25}],
+           "update_alone_ms": 10.5, "ours_over_update_alone": 0.79}
+    lines = report._off_policy_speed([rec])
+    assert lines[-2] == ("| Some CPU, 2 cores | 75 [70-80] | 53 [50-56] | 1.43 [1.25-1.60]x | 2 "
+                         "| 10.50 ms (1 thread) | 0.79 | aaaaaaaaaa |")
+    assert report._off_policy_speed([])[-2] == "| none yet | | | | | | | |"
