@@ -242,12 +242,14 @@ def _trained_agent(row: Row, seeds: set[int]) -> list[str]:
 
 
 def at_milestone(record: dict, steps: int) -> tuple[float | None, float | None]:
-    """(The training mean-100 at `steps` env steps: its last point at or before them;
-    the evaluation's mean nearest to them, within `MILESTONE_SLACK` of them). None
-    where the record has none."""
+    """(The training mean-100 at `steps` env steps: its last point at or before them, or
+    else its first within `MILESTONE_SLACK` after them (the 100th game may end just
+    after); the evaluation's mean nearest to them, within `MILESTONE_SLACK` of them).
+    None where the record has none."""
     curve = record["curve"]
-    train = [m for s, m in zip(curve["env_steps"], curve["mean"], strict=True)
-             if s <= steps and m is not None]
+    points = [(s, m) for s, m in zip(curve["env_steps"], curve["mean"], strict=True)
+              if m is not None and s <= (1 + MILESTONE_SLACK) * steps]
+    train = [m for s, m in points if s <= steps] or [m for _, m in points[:1]]
     ev = record.get("eval") or {"env_steps": [], "mean": []}
     near = [(abs(s - steps), m) for s, m in zip(ev["env_steps"], ev["mean"], strict=True)
             if abs(s - steps) <= MILESTONE_SLACK * steps]

@@ -198,6 +198,11 @@ def test_a_row_with_milestones_gives_both_means_at_each():
     assert report.at_milestone(b, 100_000) == (6.0, 14.0)
     assert report.at_milestone(a, 200_000) == (3.0, None)  # no evaluation within 5%
     assert report.at_milestone(a, 50) == (None, None)
+    # no mean-100 yet at the milestone: the first within 5% after it
+    late = {**a, "curve": {"env_steps": [0, 50_000, 100_368, 120_000],
+                           "mean": [None, None, 3.5, 4.0]}}
+    assert report.at_milestone(late, 100_000)[0] == 3.5
+    assert report.at_milestone(late, 60_000)[0] is None
     row = dataclasses.replace(ROWS["half_cheetah_sac"], milestones=(100_000, 200_000))
     table = report._milestones_table(row, [a, b])
     assert table[-2:] == ["| 100k | 4 [2-6] | 17 [14-20] |", "| 200k | 3 [3-3] | 24 (1/2 seeds) |"]
