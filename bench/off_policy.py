@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 
-from bench.records import RESULTS, ROOT, git_state, machine
+from bench.records import ROOT, git_state, machine, save_side_by_side
 
 STARTS = 5000
 ROW = "half_cheetah_sac_vs_cleanrl"
@@ -103,12 +103,7 @@ def main() -> None:
               "ratio": statistics.median(x["ratio"] for x in pairs),
               "learner_threads": threads, "update_alone_ms": round(alone, 3),
               "ours_over_update_alone": round(ours_sps * alone / 1e3, 3)}
-    folder = os.path.join(RESULTS, ROW)
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{record['date']}_{commit[:10]}.json")
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    path = save_side_by_side(record)
     print(json.dumps({**record, "record": path}, indent=1))
 
 

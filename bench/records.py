@@ -192,6 +192,18 @@ def save_record(record: dict) -> str:
     return path
 
 
+def save_side_by_side(record: dict) -> str:
+    """Write a side-by-side `record` (ours against a peer, on one machine) to
+    bench/results/<row>/<date>_<commit>.json; returns its path."""
+    folder = os.path.join(RESULTS, record["row"])
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{record['date']}_{record['commit'][:10]}.json")
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+    return path
+
+
 def load_records(root: str = RESULTS) -> dict[str, list[dict]]:
     """Every record under `root`, by row name, in seed order."""
     out: dict[str, list[dict]] = {}

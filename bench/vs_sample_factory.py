@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 
-from bench.records import RESULTS, ROOT, git_state, machine
+from bench.records import ROOT, git_state, machine, save_side_by_side
 
 FPS = re.compile(r"Fps is \(10 sec: [\d.na]+, 60 sec: ([\d.]+|nan)")
 # task -> (our env id, Sample Factory's module and env name)
@@ -129,12 +129,7 @@ def main(argv: list[str]) -> int:
               "ours_fps": statistics.median(x["ours_fps"] for x in pairs),
               "sample_factory_fps": statistics.median(x["sample_factory_fps"] for x in pairs),
               "ratio": statistics.median(x["ratio"] for x in pairs)}
-    folder = os.path.join(RESULTS, row)
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"{record['date']}_{commit[:10]}.json")
-    with open(path, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    path = save_side_by_side(record)
     print(json.dumps({**record, "record": path}, indent=1))
     return 0
 
