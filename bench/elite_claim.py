@@ -20,11 +20,17 @@ From each record (a run of one arm, game and seed):
   budget, with the mean-100's gain over that quarter.
 
 rliable (Agarwal et al., 2021) gives per game and over all game-seeds of an arm (the
-seeds every arm of every game has: scores [seeds, games]) the interquartile mean of
-the normalised auc with a 95% stratified-bootstrap interval, and the probability that
-elite sampling's auc beats uniform replay's, averaged over the games (a fixed
-bootstrap seed, so the page repeats). With 3 seeds an interval is wide, and P = 1.00
-[1.00, 1.00] means only that every elite run beat every uniform one.
+seeds every compared arm of every game has: scores [seeds, games]) the interquartile
+mean of the normalised auc with a 95% stratified-bootstrap interval, and the
+probability that elite sampling's auc beats uniform replay's, averaged over the games
+(a fixed bootstrap seed, so the page repeats). With 3 seeds an interval is wide, and
+P = 1.00 [1.00, 1.00] means only that every elite run beat every uniform one.
+
+The verdict, from 3 seeds per arm on: reproduced when P's interval lies above 0.5,
+not reproduced when it lies below, inconclusive when it holds 0.5, saying whether the
+IQM intervals overlap. The cost arms (bench/suite.py `COST_ARMS`: elite sampling with
+`--caching`) give their updates/s and env steps/s against uniform replay's, and stay
+out of the statistics.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import os
 import numpy as np
 
 from bench.records import load_records, with_section
-from bench.suite import ELITE_ARMS, ELITE_CLAIM, ROWS
+from bench.suite import COST_ARMS, ELITE_ARMS, ELITE_CLAIM, ROWS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPLAYS_MD = os.path.join(ROOT, "docs", "replays.md")
@@ -44,6 +50,7 @@ GRID = 200
 # (random, human) scores: the DQN paper's (Mnih et al., 2015, Extended Data Table 2)
 HUMAN = {"Breakout": (1.7, 30.5), "Seaquest": (68.4, 42054.7)}
 QUARTERS = 4
+SEEDS_FOR_A_VERDICT = 3
 
 
 def row_name(game: str, arm: str) -> str:
@@ -129,9 +136,10 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
         raw = {arm: {s: v for s, v in by_seed.items() if not np.isnan(v)}
                for arm, by_seed in raw.items()}
         random, human = HUMAN[game]
-        seeds = sorted(set.intersection(*(set(s) for s in raw.values())))
+        compared = [arm for arm in raw if arm not in COST_ARMS]
+        seeds = sorted(set.intersection(*(set(raw[a]) for a in compared))) if compared else []
         norm = {arm: np.array([[(raw[arm][s] - random) / (human - random)] for s in seeds])
-                for arm in raw}  # [seeds, 1]
+                for arm in compared}  # [seeds, 1]
         entry = {"seeds": seeds, "arms": {}}
         for arm, rs in runs.items():
             entry["arms"][arm] = {
@@ -141,6 +149,7 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
                 "updates_per_s": _median(r["updates"] / r["wall_s"] for r in rs
                                          if r.get("updates")),
                 "env_steps_per_s": float(np.median([r["env_steps"] / r["wall_s"] for r in rs])),
+                "cpus": sorted({r.get("cpu", "?") for r in rs}),
                 "quarters": [{k: _median(q[k] for q in qs) for k in qs[0]}
                              for qs in zip(*(quarters(r, budget) for r in rs), strict=True)]}
         if seeds:
@@ -155,7 +164,7 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
         n = min(len(s) for parts in pooled.values() for s in parts)
         flat = {arm: np.concatenate([s[:n] for s in parts], axis=1)  # [seeds, games]
                 for arm, parts in pooled.items() if len(parts) == len(out["games"])}
-        out["all"] = {"iqm": _iqm_intervals(flat, reps)}
+        out["all"] = {"iqm": _iqm_intervals(flat, reps), "seeds_per_game": n}
         if {"elite3", "standard"} <= set(flat):
             out["all"]["p_elite_over_uniform"] = _improvement(flat["elite3"],
                                                               flat["standard"], reps)
@@ -173,6 +182,65 @@ def _ci(x: dict) -> str:
 
 def _p(x: dict) -> str:
     return f"{x['p']:.2f} [{x['ci95'][0]:.2f}, {x['ci95'][1]:.2f}]"
+
+
+def verdict(stats: dict, seeds: int) -> str:
+    """The claim's verdict from a game's (or all games') `stats` over `seeds` seeds per
+    arm: reproduced when the 95% interval of P(elite3 > standard) lies above 0.5, the
+    opposite when it lies below, inconclusive when it holds 0.5; none below 3 seeds."""
+    if "p_elite_over_uniform" not in stats:
+        return ""
+    e, u, p = stats["iqm"]["elite3"], stats["iqm"]["standard"], stats["p_elite_over_uniform"]
+    overlap = e["ci95"][0] <= u["ci95"][1] and u["ci95"][0] <= e["ci95"][1]
+    evidence = (f"the IQM intervals {'overlap' if overlap else 'do not overlap'} "
+                f"(`elite3` {_ci(e)}, `standard` {_ci(u)}); P(elite3 > standard) {_p(p)}")
+    if seeds < SEEDS_FOR_A_VERDICT:
+        return f"No verdict yet ({seeds} of {SEEDS_FOR_A_VERDICT} seeds per arm): {evidence}."
+    word = ("Reproduced" if p["ci95"][0] > 0.5 else
+            "Not reproduced, uniform replay is ahead" if p["ci95"][1] < 0.5 else
+            "Inconclusive")
+    return f"Verdict: **{word}** at this scale: {evidence}."
+
+
+def _num(x: float | None) -> str:
+    return "—" if x is None else f"{x:.3g}"
+
+
+def volatile(arms: dict) -> str:
+    """Elite against uniform in the quarters where uniform's KL and policy lag (the
+    medians over its seeds) are highest: the mean-100's gain there."""
+    if not {"elite3", "standard"} <= set(arms):
+        return ""
+    uniform, elite = arms["standard"]["quarters"], arms["elite3"]["quarters"]
+    parts = []
+    for key, what in (("kl", "KL"), ("policy_lag_mean", "policy lag")):
+        values = [q[key] for q in uniform]
+        if None in values:
+            continue
+        i = int(np.argmax(values))
+        parts.append(f"quarter {i + 1}, where uniform's {what} is highest "
+                     f"({_num(values[i])}; elite's {_num(elite[i][key])}): "
+                     f"gain {_num(elite[i]['gain'])} with elite, "
+                     f"{_num(uniform[i]['gain'])} with uniform")
+    return ("Where the policy is most volatile: " + "; ".join(parts) + ".") if parts else ""
+
+
+def cost(arms: dict) -> str:
+    """Each arm's updates/s and env steps/s over uniform replay's (medians of runs)."""
+    base = arms.get("standard")
+    if not base:
+        return ""
+    parts = []
+    for arm, a in arms.items():
+        if arm == "standard":
+            continue
+        ups = ("—" if a["updates_per_s"] is None or not base["updates_per_s"] else
+               f"{a['updates_per_s'] / base['updates_per_s']:.2f}x")
+        parts.append(f"`{arm}` {ups} its updates/s and "
+                     f"{a['env_steps_per_s'] / base['env_steps_per_s']:.2f}x its env steps/s")
+    cpus = sorted({c for a in arms.values() for c in a["cpus"]})
+    return (f"Cost against `standard`: {'; '.join(parts)} (on {', '.join(cpus)})."
+            if parts else "")
 
 
 def render(summary: dict) -> str:
@@ -197,16 +265,15 @@ def render(summary: dict) -> str:
             lines.append(f"| `{arm}` | {a['runs']} | {iqm} | {finals} | {ups} | "
                          f"{a['env_steps_per_s']:.0f} | "
                          f"{by_q['kl']} | {by_q['policy_lag_mean']} | {by_q['gain']} |")
-        if "p_elite_over_uniform" in g:
-            lines += ["", f"P(elite3 > standard) on the auc: "
-                          f"{_p(g['p_elite_over_uniform'])}."]
         lines.append("")
+        lines += [f"{text}\n" for text in (verdict(g, len(g["seeds"])), volatile(g["arms"]),
+                                          cost(g["arms"])) if text]
     if "all" in summary:
         a = summary["all"]
         lines += ["**All game-seeds**: human-normalised auc IQM " + "; ".join(
             f"`{arm}` {_ci(x)}" for arm, x in a["iqm"].items()) + "."]
         if "p_elite_over_uniform" in a:
-            lines[-1] += f" P(elite3 > standard): {_p(a['p_elite_over_uniform'])}."
+            lines[-1] += " " + verdict(a, a["seeds_per_game"])
         lines.append("")
     return "\n".join(lines)
 
@@ -219,7 +286,8 @@ def plot(game: str, records: dict[str, list[dict]], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for (arm, what), colour in zip(ELITE_ARMS.items(), ("C0", "C3", "C7"), strict=True):
+    for (arm, (what, _, _)), colour in zip(ELITE_ARMS.items(), ("C0", "C3", "C7", "C1"),
+                                           strict=True):
         rs = records.get(row_name(game, arm), [])
         if not rs:
             continue

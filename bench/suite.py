@@ -99,18 +99,25 @@ OFF_POLICY_MILESTONES = (100_000, 200_000, 300_000)
 # The seed platform's claim (elite sampling beats uniform replay) at its own scale:
 # impala with its Atari defaults, 1M env steps, the seed's mix (queue 0.5 + a replay of
 # 1000 rollouts at 0.5) with uniform or elite sampling (ln_norm, strategy 3, lambda 6,
-# alpha annealing 2.0: replay/presets.py), and the queue alone
+# alpha annealing 2.0: replay/presets.py), and the queue alone; one more arm, one seed,
+# measures what `--caching` (batches prepared ahead in a thread) does to elite's cost
 ELITE_CLAIM = {"Breakout": ("BreakoutNoFrameskip-v4", (5.0, 10.0, 20.0), 10.0),
                "Seaquest": ("SeaquestNoFrameskip-v4", (100.0, 200.0, 400.0), 200.0)}
-ELITE_ARMS = {"standard": "uniform replay", "elite3": "elite sampling", "queue": "no replay"}
+# arm: (what it is, its flags, its seeds)
+ELITE_ARMS = {"standard": ("uniform replay", ("--replays=standard",), _seeds(100, 3)),
+              "elite3": ("elite sampling", ("--replays=elite3",), _seeds(100, 3)),
+              "queue": ("no replay", ("--replays=queue",), _seeds(100, 3)),
+              "elite3_caching": ("elite sampling, batches prepared ahead",
+                                 ("--replays=elite3", "--caching"), _seeds(100, 1))}
+COST_ARMS = ("elite3_caching",)  # measured for their cost only: not in the statistics
 
 
 def _elite_claim_rows() -> list[Row]:
     return [Row(f"{game.lower()}_impala_{arm}", f"Elite vs uniform replay: {game}",
-                f"impala, {what} (--replays={arm})", env, ("--agent=impala", f"--replays={arm}"),
-                4_000_000, _seeds(100, 3), thresholds, main, headline=False)
+                f"impala, {what} ({' '.join(flags)})", env, ("--agent=impala", *flags),
+                4_000_000, seeds, thresholds, main, headline=False)
             for game, (env, thresholds, main) in ELITE_CLAIM.items()
-            for arm, what in ELITE_ARMS.items()]
+            for arm, (what, flags, seeds) in ELITE_ARMS.items()]
 
 
 # Fresh seeds (from 100): no earlier figure used them.

@@ -134,10 +134,14 @@ def test_the_elite_claim_summary_ranks_the_arms_and_tells_the_quarters(tmp_path)
 
     recs = {"breakout_impala_standard": [_claim_run(s, 10.0 + s, 0.01) for s in (1, 2, 3)],
             "breakout_impala_elite3": [_claim_run(s, 20.0 + s, 0.02) for s in (1, 2, 3)],
-            "breakout_impala_queue": [_claim_run(s, 5.0 + s, 0.03) for s in (1, 2)]}
+            "breakout_impala_queue": [_claim_run(s, 5.0 + s, 0.03) for s in (1, 2)],
+            "breakout_impala_elite3_caching": [_claim_run(1, 21.0, 0.02)]}
+    recs["breakout_impala_elite3_caching"][0]["updates"] = 6000  # 1.2x standard's
     summary = elite_claim.summarise(recs, reps=100)
     game = summary["games"]["Breakout"]
+    # the cost arm, one seed, neither narrows the seeds nor enters the statistics
     assert game["seeds"] == [1, 2] and set(summary["games"]) == {"Breakout"}
+    assert "elite3_caching" in game["arms"] and "elite3_caching" not in game["iqm"]
     iqm = {arm: x["iqm"] for arm, x in game["iqm"].items()}
     assert iqm["elite3"] > iqm["standard"] > iqm["queue"] >= 0.0 and iqm["elite3"] <= 1.0
     assert game["p_elite_over_uniform"]["p"] == 1.0  # every elite run above every uniform
@@ -150,12 +154,35 @@ def test_the_elite_claim_summary_ranks_the_arms_and_tells_the_quarters(tmp_path)
     assert last["gain"] == pytest.approx(22.0 / 4)
     assert game["arms"]["standard"]["updates_per_s"] == 5.0
     page = elite_claim.render(summary)
-    assert "| `elite3` | 3 |" in page and "P(elite3 > standard) on the auc: 1.00" in page
+    assert "| `elite3` | 3 |" in page and "| `elite3_caching` | 1 |" in page
+    assert "No verdict yet (2 of 3 seeds per arm)" in page  # the queue arm has 2 seeds
+    assert "P(elite3 > standard) 1.00 [1.00, 1.00]" in page
+    assert "`elite3_caching` 1.20x its updates/s and 1.00x its env steps/s" in page
+    # every quarter's KL is the same: the first is the highest; elite's gain is larger
+    assert ("quarter 1, where uniform's KL is highest (0.01; elite's 0.02): "
+            "gain 3.3 with elite, 1.8 with uniform") in page
     assert "All game-seeds" not in page  # one game only
     elite_claim.plot("Breakout", recs, str(tmp_path / "b.png"))
     assert (tmp_path / "b.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="markers"):
         elite_claim.page_with("no markers", "section")
+
+
+def test_the_elite_claim_verdict_follows_the_interval_of_p():
+    from bench import elite_claim
+
+    def stats(low, high):
+        return {"iqm": {"elite3": {"iqm": 0.6, "ci95": [0.5, 0.7]},
+                        "standard": {"iqm": 0.4, "ci95": [0.3, 0.45]}},
+                "p_elite_over_uniform": {"p": (low + high) / 2, "ci95": [low, high]}}
+
+    assert "**Reproduced**" in elite_claim.verdict(stats(0.6, 1.0), 3)
+    assert "do not overlap" in elite_claim.verdict(stats(0.6, 1.0), 3)
+    assert "**Not reproduced, uniform replay is ahead**" in elite_claim.verdict(
+        stats(0.0, 0.4), 5)
+    assert "**Inconclusive**" in elite_claim.verdict(stats(0.3, 0.9), 3)
+    assert elite_claim.verdict(stats(0.6, 1.0), 2).startswith("No verdict yet (2 of 3")
+    assert elite_claim.verdict({"iqm": {}}, 3) == ""
 
 
 def test_the_elite_claim_pools_the_games_as_tasks():
