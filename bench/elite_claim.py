@@ -26,7 +26,8 @@ probability that elite sampling's auc beats uniform replay's, averaged over the 
 (a fixed bootstrap seed, so the page repeats). With 3 seeds an interval is wide, and
 P = 1.00 [1.00, 1.00] means only that every elite run beat every uniform one.
 
-The verdict, from 3 seeds per arm on: reproduced when P's interval lies above 0.5,
+The final mean-100, human-normalised, gets the same IQM and P as a secondary measure.
+The verdict (on the auc), from 3 seeds per arm on: reproduced when P's interval lies above 0.5,
 not reproduced when it lies below, inconclusive when it holds 0.5, saying whether the
 IQM intervals overlap. The cost arms (bench/suite.py `COST_ARMS`: elite sampling with
 `--caching`) give their updates/s and env steps/s against uniform replay's, and stay
@@ -159,6 +160,7 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
                                                              reps)
             for arm, scores in norm.items():
                 pooled.setdefault(arm, []).append(scores)
+            entry["final"] = _final_stats(runs, seeds, random, human, reps)
         out["games"][game] = entry
     if len(pooled.get("standard", [])) == len(out["games"]) > 1:  # every game: pool them
         n = min(len(s) for parts in pooled.values() for s in parts)
@@ -169,6 +171,20 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
             out["all"]["p_elite_over_uniform"] = _improvement(flat["elite3"],
                                                               flat["standard"], reps)
     return out
+
+
+def _final_stats(runs: dict[str, list[dict]], seeds: list[int], random: float,
+                 human: float, reps: int) -> dict | None:
+    """The secondary measure: the human-normalised final mean-100 of elite3 and standard
+    over `seeds`, their IQMs and P(elite3 > standard); None without both arms."""
+    finals = {arm: {r["seed"]: r["final_mean"] for r in runs.get(arm, [])
+                    if r["final_mean"] is not None} for arm in ("elite3", "standard")}
+    if not all(s in by_seed for by_seed in finals.values() for s in seeds):
+        return None
+    scores = {arm: np.array([[(by_seed[s] - random) / (human - random)] for s in seeds])
+              for arm, by_seed in finals.items()}  # [seeds, 1]
+    return {"iqm": _iqm_intervals(scores, reps),
+            "p_elite_over_uniform": _improvement(scores["elite3"], scores["standard"], reps)}
 
 
 def _median(values) -> float | None:
@@ -200,6 +216,16 @@ def verdict(stats: dict, seeds: int) -> str:
             "Not reproduced, uniform replay is ahead" if p["ci95"][1] < 0.5 else
             "Inconclusive")
     return f"Verdict: **{word}** at this scale: {evidence}."
+
+
+def _final_line(game: dict) -> str:
+    """The secondary measure in words (see `_final_stats`)."""
+    final = game.get("final")
+    if not final:
+        return ""
+    return ("On the final mean-100 (a secondary measure, human-normalised): IQM `elite3` "
+            f"{_ci(final['iqm']['elite3'])}, `standard` {_ci(final['iqm']['standard'])}; "
+            f"P(elite3 > standard) {_p(final['p_elite_over_uniform'])}.")
 
 
 def _num(x: float | None) -> str:
@@ -266,8 +292,8 @@ def render(summary: dict) -> str:
                          f"{a['env_steps_per_s']:.0f} | "
                          f"{by_q['kl']} | {by_q['policy_lag_mean']} | {by_q['gain']} |")
         lines.append("")
-        lines += [f"{text}\n" for text in (verdict(g, len(g["seeds"])), volatile(g["arms"]),
-                                          cost(g["arms"])) if text]
+        lines += [f"{text}\n" for text in (verdict(g, len(g["seeds"])), _final_line(g),
+                                          volatile(g["arms"]), cost(g["arms"])) if text]
     if "all" in summary:
         a = summary["all"]
         lines += ["**All game-seeds**: human-normalised auc IQM " + "; ".join(

@@ -157,6 +157,11 @@ def test_the_elite_claim_summary_ranks_the_arms_and_tells_the_quarters(tmp_path)
     assert "| `elite3` | 3 |" in page and "| `elite3_caching` | 1 |" in page
     assert "No verdict yet (2 of 3 seeds per arm)" in page  # the queue arm has 2 seeds
     assert "P(elite3 > standard) 1.00 [1.00, 1.00]" in page
+    # the finals (seeds 1, 2): elite3 21 and 22 against 11 and 12, normalised
+    final = game["final"]["iqm"]
+    assert final["elite3"]["iqm"] == pytest.approx((21.5 - 1.7) / (30.5 - 1.7), abs=1e-3)
+    assert "On the final mean-100 (a secondary measure, human-normalised): IQM `elite3` 0.69" \
+        in page
     assert "`elite3_caching` 1.20x its updates/s and 1.00x its env steps/s" in page
     # every quarter's KL is the same: the first is the highest; elite's gain is larger
     assert ("quarter 1, where uniform's KL is highest (0.01; elite's 0.02): "
