@@ -369,8 +369,9 @@ def write_pages(check: bool = False, records: dict | None = None) -> int:
                                              ("README.md", readme, new_readme),
                                              ("docs/replays.md", replays, new_replays))
                  if old != new]
-        missing = [f"docs/curves/{name}.png" for name in records
-                   if name in ROWS and not os.path.exists(os.path.join(CURVES, f"{name}.png"))]
+        missing = [f"docs/curves/{name}.png" for name, recs in records.items()
+                   if name in ROWS and recs
+                   and not os.path.exists(os.path.join(CURVES, f"{name}.png"))]
         missing += [f"docs/curves/elite_{game.lower()}.png" for game in elite_claim.ELITE_CLAIM
                     if any(records.get(elite_claim.row_name(game, arm))
                            for arm in elite_claim.ELITE_ARMS)
