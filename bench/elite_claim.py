@@ -92,6 +92,18 @@ def quarters(record: dict, budget: int) -> list[dict]:
     return out
 
 
+def _seeded(estimate, scores: dict, func, reps: int):
+    """rliable's `get_interval_estimates` with a fixed bootstrap: its stratified
+    bootstraps draw from numpy's global generator whatever `random_state` says, so it
+    is seeded here, and restored after."""
+    state = np.random.get_state()
+    np.random.seed(0)
+    try:
+        return estimate(scores, func, reps=reps, random_state=np.random.RandomState(0))
+    finally:
+        np.random.set_state(state)
+
+
 def _iqm_intervals(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict]:
     """rliable's IQM and 95% CI (`reps` bootstrap samples) of each arm's scores
     [seeds, games]."""
@@ -101,8 +113,7 @@ def _iqm_intervals(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict]:
     def iqm(x):
         return np.array([metrics.aggregate_iqm(x)])
 
-    point, ci = rly.get_interval_estimates(scores, iqm, reps=reps,
-                                           random_state=np.random.RandomState(0))
+    point, ci = _seeded(rly.get_interval_estimates, scores, iqm, reps)
     return {a: {"iqm": round(float(point[a][0]), 3),
                 "ci95": [round(float(ci[a][0, 0]), 3), round(float(ci[a][1, 0]), 3)]}
             for a in scores}
@@ -113,9 +124,8 @@ def _improvement(x: np.ndarray, y: np.ndarray, reps: int) -> dict:
     from rliable import library as rly
     from rliable import metrics
 
-    point, ci = rly.get_interval_estimates(
-        {"pair": (x, y)}, metrics.probability_of_improvement, reps=reps,
-        random_state=np.random.RandomState(0))
+    point, ci = _seeded(rly.get_interval_estimates, {"pair": (x, y)},
+                        metrics.probability_of_improvement, reps)
     low, high = np.ravel(ci["pair"])
     return {"p": round(float(point["pair"]), 3), "ci95": [round(float(low), 3),
                                                           round(float(high), 3)]}

@@ -250,3 +250,21 @@ def test_the_off_policy_speed_table_gives_each_records_pairs_and_update_alone():
     assert lines[-2] == ("| Some CPU, 2 cores | 75 [70-80] | 53 [50-56] | 1.43 [1.25-1.60]x | 2 "
                          "| 10.50 ms (1 thread) | 0.79 | aaaaaaaaaa |")
     assert report._off_policy_speed([])[-2] == "| none yet | | | | | | | |"
+
+
+def test_the_elite_claim_intervals_ignore_the_global_generator():
+    import numpy as np
+
+    from bench import elite_claim
+
+    # rliable's bootstraps draw from numpy's global generator: the page must not
+    x, y = np.array([[1.6], [1.5], [1.57]]), np.array([[1.4], [1.47], [1.55]])
+    results = []
+    for seed in (1, 2):
+        np.random.seed(seed)
+        results.append((elite_claim._improvement(x, y, 200),
+                        elite_claim._iqm_intervals({"a": x, "b": y}, 200)))
+        after = np.random.rand()
+        np.random.seed(seed)
+        assert after == np.random.rand()  # the caller's generator is left as it was
+    assert results[0] == results[1]
