@@ -92,14 +92,17 @@ def quarters(record: dict, budget: int) -> list[dict]:
     return out
 
 
-def _seeded(estimate, scores: dict, func, reps: int):
+def _seeded(scores: dict, func, reps: int):
     """rliable's `get_interval_estimates` with a fixed bootstrap: its stratified
     bootstraps draw from numpy's global generator whatever `random_state` says, so it
     is seeded here, and restored after."""
+    from rliable import library as rly
+
     state = np.random.get_state()
     np.random.seed(0)
     try:
-        return estimate(scores, func, reps=reps, random_state=np.random.RandomState(0))
+        return rly.get_interval_estimates(scores, func, reps=reps,
+                                          random_state=np.random.RandomState(0))
     finally:
         np.random.set_state(state)
 
@@ -107,13 +110,12 @@ def _seeded(estimate, scores: dict, func, reps: int):
 def _iqm_intervals(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict]:
     """rliable's IQM and 95% CI (`reps` bootstrap samples) of each arm's scores
     [seeds, games]."""
-    from rliable import library as rly
     from rliable import metrics
 
     def iqm(x):
         return np.array([metrics.aggregate_iqm(x)])
 
-    point, ci = _seeded(rly.get_interval_estimates, scores, iqm, reps)
+    point, ci = _seeded(scores, iqm, reps)
     return {a: {"iqm": round(float(point[a][0]), 3),
                 "ci95": [round(float(ci[a][0, 0]), 3), round(float(ci[a][1, 0]), 3)]}
             for a in scores}
@@ -121,11 +123,9 @@ def _iqm_intervals(scores: dict[str, np.ndarray], reps: int) -> dict[str, dict]:
 
 def _improvement(x: np.ndarray, y: np.ndarray, reps: int) -> dict:
     """P(x > y) averaged over the games (the columns), with its 95% CI (rliable)."""
-    from rliable import library as rly
     from rliable import metrics
 
-    point, ci = _seeded(rly.get_interval_estimates, {"pair": (x, y)},
-                        metrics.probability_of_improvement, reps)
+    point, ci = _seeded({"pair": (x, y)}, metrics.probability_of_improvement, reps)
     low, high = np.ravel(ci["pair"])
     return {"p": round(float(point["pair"]), 3), "ci95": [round(float(low), 3),
                                                           round(float(high), 3)]}
@@ -149,8 +149,7 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
         random, human = HUMAN[game]
         compared = [arm for arm in raw if arm not in COST_ARMS]
         seeds = sorted(set.intersection(*(set(raw[a]) for a in compared))) if compared else []
-        norm = {arm: np.array([[(raw[arm][s] - random) / (human - random)] for s in seeds])
-                for arm in compared}  # [seeds, 1]
+        norm = {arm: _normalised(raw[arm], seeds, random, human) for arm in compared}
         entry = {"seeds": seeds, "arms": {}}
         for arm, rs in runs.items():
             entry["arms"][arm] = {
@@ -183,6 +182,12 @@ def summarise(records: dict[str, list[dict]], reps: int = 2000) -> dict:
     return out
 
 
+def _normalised(by_seed: dict[int, float], seeds: list[int], random: float,
+                human: float) -> np.ndarray:
+    """The scores of `seeds`, human-normalised: [seeds, 1] float."""
+    return np.array([[(by_seed[s] - random) / (human - random)] for s in seeds])
+
+
 def _final_stats(runs: dict[str, list[dict]], seeds: list[int], random: float,
                  human: float, reps: int) -> dict | None:
     """The secondary measure: the human-normalised final mean-100 of elite3 and standard
@@ -191,8 +196,8 @@ def _final_stats(runs: dict[str, list[dict]], seeds: list[int], random: float,
                     if r["final_mean"] is not None} for arm in ("elite3", "standard")}
     if not all(s in by_seed for by_seed in finals.values() for s in seeds):
         return None
-    scores = {arm: np.array([[(by_seed[s] - random) / (human - random)] for s in seeds])
-              for arm, by_seed in finals.items()}  # [seeds, 1]
+    scores = {arm: _normalised(by_seed, seeds, random, human)
+              for arm, by_seed in finals.items()}
     return {"iqm": _iqm_intervals(scores, reps),
             "p_elite_over_uniform": _improvement(scores["elite3"], scores["standard"], reps)}
 
